@@ -1,0 +1,217 @@
+"""``queue-core``: the command line over the queue.
+
+Exit status: 0 success, 2 rejected input or usage error, 1 anything else. An
+expected error prints one line ``queue-core: <code>: <what is wrong>`` on
+stderr and never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .clock import Clock, ModelClock, SystemClock
+from .demo import format_snapshot, run_demo
+from .envelope import MAX_FILE_BYTES, parse_batch
+from .errors import BatchRejected, QueueError
+from .handler import Handler
+from .store import DEFAULT_LEASE_SECONDS, STATES, Snapshot, Store
+from .worker import work
+
+PROG = "queue-core"
+DEFAULT_DB = "queue.sqlite3"
+
+
+class UsageError(QueueError):
+    code = "usage"
+    exit_status = 2
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number >= 1, got 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Global options are accepted before or after the command name.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
+                        help=f"queue database file (default: {DEFAULT_DB} in the working directory)")
+    common.add_argument("--now", metavar="SECONDS", type=_non_negative, default=argparse.SUPPRESS,
+                        help="model time in whole seconds instead of the system clock")
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, parents=[common],
+        description="A reliable local message queue on SQLite: lease, fencing, effect + ACK in one transaction.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    enqueue = commands.add_parser("enqueue", parents=[common], help="validate a JSONL batch and store it")
+    enqueue.add_argument("file", metavar="FILE", help="JSONL batch; '-' reads standard input")
+
+    worker = commands.add_parser("work", parents=[common], help="process messages until none is available now")
+    worker.add_argument("--lease-seconds", type=_positive, default=DEFAULT_LEASE_SECONDS, metavar="S",
+                        help=f"lease length (default: {DEFAULT_LEASE_SECONDS})")
+    worker.add_argument("--max-messages", type=_non_negative, default=None, metavar="N",
+                        help="stop after N claims")
+    worker.add_argument("--category", action="append", default=[], metavar="NAME",
+                        help="also accept this category (repeatable)")
+
+    status = commands.add_parser("status", parents=[common], help="counts by state and the money")
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    dead = commands.add_parser("dead", parents=[common], help="list dead letters")
+    dead.add_argument("--json", action="store_true", help="print JSON")
+
+    redrive = commands.add_parser("redrive", parents=[common], help="give dead messages a new cycle")
+    redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
+
+    demo = commands.add_parser("demo", parents=[common], help="run the reference demo in a temporary folder")
+    demo.add_argument("--json", action="store_true", help="print the five snapshots as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse already printed usage and the problem
+        return int(exit_.code or 0)
+    try:
+        return _dispatch(args, out)
+    except BatchRejected as exc:
+        print(f"{PROG}: batch rejected, nothing written: {exc}", file=err)
+        return exc.exit_status
+    except QueueError as exc:
+        print(f"{PROG}: {exc.code}: {exc.message}", file=err)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=err)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # a bug: say so plainly, traceback only on request
+        print(f"{PROG}: unexpected error: {type(exc).__name__}: {exc}", file=err)
+        if os.environ.get("QUEUE_CORE_DEBUG"):
+            traceback.print_exc(file=err)
+        else:
+            print(f"{PROG}: set QUEUE_CORE_DEBUG=1 to see the traceback", file=err)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+    db = Path(getattr(args, "db", DEFAULT_DB))
+    now = getattr(args, "now", None)
+    clock: Clock = ModelClock(now) if now is not None else SystemClock()
+
+    if args.command == "demo":
+        return _demo(args.json, out)
+    if args.command == "enqueue":
+        batch = parse_batch(_read_batch(args.file))  # validated before the file is even opened
+        result = Store(db, clock=clock, create=True).enqueue(batch)
+        _print_json(result.to_dict(), out)
+        return 0
+
+    store = Store(db, clock=clock, create=False)
+    if args.command == "work":
+        handler = Handler.with_categories(args.category)
+        summary = work(store, handler, lease_seconds=args.lease_seconds, max_messages=args.max_messages)
+        _print_json(summary.to_dict(), out)
+    elif args.command == "status":
+        snapshot = store.status()
+        if args.json:
+            _print_json(snapshot.to_dict(), out)
+        else:
+            out.write(_status_table(snapshot))
+    elif args.command == "dead":
+        letters = [
+            {"event_id": m.event_id, "attempts": m.attempts, "generation": m.generation,
+             "last_error": m.last_error, "payload": m.payload_object}
+            for m in store.dead_letters()
+        ]
+        if args.json:
+            _print_json(letters, out)
+        else:
+            out.write(_dead_table(letters))
+    elif args.command == "redrive":
+        _print_json({"redriven": store.redrive(args.event_ids)}, out)
+    return 0
+
+
+def _read_batch(name: str) -> bytes:
+    # Read one byte past the limit: enough to reject a huge file without loading it.
+    if name == "-":
+        return sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+    try:
+        with open(name, "rb") as fh:
+            return fh.read(MAX_FILE_BYTES + 1)
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory, not a JSONL file", code="cannot_read") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror}", code="cannot_read") from None
+
+
+def _demo(as_json: bool, out: TextIO) -> int:
+    result = run_demo()
+    if as_json:
+        _print_json(result.to_dict(), out)
+        return 0
+    labels = {"after_enqueue": "after enqueue", "intermediate": "intermediate", "final": "final",
+              "after_reenqueue": "after re-enqueue", "after_redrive": "after redrive"}
+    for step in result.steps:
+        out.write(f"[t={step.now}] {step.text}\n")
+        if step.snapshot:
+            out.write(f"    {labels[step.snapshot]}: {format_snapshot(result.snapshots[step.snapshot])}\n")
+    return 0
+
+
+def _print_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, ensure_ascii=False) + "\n")
+
+
+def _status_table(snapshot: Snapshot) -> str:
+    data = snapshot.to_dict()
+    lines = ["state    messages"]
+    lines += [f"{state:<8} {data['messages'][state]:>8}" for state in STATES]
+    effects = data["effects"]
+    lines.append("")
+    lines.append(f"effects: {effects['count']}, total_cents: {effects['total_cents']}")
+    if effects["by_category"]:
+        lines.append("category  total_cents")
+        lines += [f"{name:<9} {cents:>11}" for name, cents in effects["by_category"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _dead_table(letters: list[dict[str, Any]]) -> str:
+    if not letters:
+        return "no dead letters\n"
+    lines = ["event_id  attempts  generation  last_error              payload"]
+    for item in letters:
+        payload = json.dumps(item["payload"], sort_keys=True, ensure_ascii=False)
+        lines.append(f"{item['event_id']:<9} {item['attempts']:>8}  {item['generation']:>10}  "
+                     f"{item['last_error'] or '':<22}  {payload}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

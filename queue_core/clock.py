@@ -1,0 +1,59 @@
+"""Time in whole seconds: the system clock, or a model clock for tests and docs.
+
+Every protocol decision (is the lease still valid? is the retry due?) compares
+integers of this clock. Tests, documentation and the demo use ``ModelClock`` so
+that nothing ever sleeps and every example is deterministic. All clients of one
+database must share one host clock; see the limits chapter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Anything with ``now()`` returning integer seconds."""
+
+    def now(self) -> int: ...
+
+
+class SystemClock:
+    """Wall-clock time of this host, truncated to whole seconds."""
+
+    def now(self) -> int:
+        return int(time.time())
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class ModelClock:
+    """A clock that only moves when told to (for tests, docs and the demo)."""
+
+    def __init__(self, start: int = 0) -> None:
+        self._now = _whole_seconds(start)
+
+    def now(self) -> int:
+        return self._now
+
+    def set(self, seconds: int) -> None:
+        """Jump to an absolute time; time may not go backwards."""
+        seconds = _whole_seconds(seconds)
+        if seconds < self._now:
+            raise ValueError(f"model time cannot go back from {self._now} to {seconds}")
+        self._now = seconds
+
+    def advance(self, seconds: int = 1) -> int:
+        """Move forward by ``seconds`` and return the new time."""
+        self.set(self._now + _whole_seconds(seconds))
+        return self._now
+
+    def __repr__(self) -> str:
+        return f"ModelClock({self._now})"
+
+
+def _whole_seconds(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"time must be a non-negative integer of seconds, got {value!r}")
+    return value

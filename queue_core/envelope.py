@@ -1,0 +1,232 @@
+"""The JSONL batch envelope: parse, validate and canonicalise a whole batch.
+
+A batch is validated completely *before* any transaction starts, so that one
+bad line rejects the batch and nothing is written. Every rejection is a
+``BatchRejected`` that names the line (1-based, physical: blank lines count)
+and a stable code:
+
+=====================  ==========================================================
+code                   meaning
+=====================  ==========================================================
+``file_too_large``     more than ``MAX_FILE_BYTES`` bytes
+``too_many_lines``     more than ``MAX_LINES`` non-empty lines
+``invalid_utf8``       the line is not valid UTF-8
+``invalid_json``       the line is not one JSON value
+``duplicate_key``      an object repeats a key (at any depth)
+``non_finite_number``  ``NaN``, ``Infinity``, ``-Infinity`` or a number like ``1e400``
+``number_too_large``   an integer with more than ``MAX_INT_DIGITS`` digits
+``nesting_too_deep``   arrays/objects nested deeper than ``MAX_DEPTH``
+``invalid_unicode``    a lone surrogate (cannot be stored as UTF-8)
+``not_an_object``      the line is not a JSON object
+``missing_key``        ``event_id`` or ``payload`` is absent
+``unexpected_key``     a key other than ``event_id`` and ``payload``
+``invalid_event_id``   ``event_id`` is not a string matching ``E`` + 4 digits
+``payload_not_object`` ``payload`` is not a JSON object
+``payload_too_large``  the canonical payload exceeds ``MAX_PAYLOAD_BYTES``
+``event_conflict``     the same ``event_id`` with a different canonical payload
+=====================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BatchRejected
+
+MAX_FILE_BYTES = 1_000_000
+MAX_LINES = 1_000
+MAX_PAYLOAD_BYTES = 10_000
+MAX_DEPTH = 100  # far beyond any business payload, far below Python's recursion limit
+MAX_INT_DIGITS = 4_300  # CPython's default int/str conversion limit
+
+EVENT_ID = re.compile(r"E[0-9]{4}")  # used with fullmatch: no "\d" (Unicode digits)
+UTF8_BOM = b"\xef\xbb\xbf"
+_STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)  # escapes, quotes, brackets
+_BLANK = frozenset(" \t\r")  # JSON whitespace; "\n" never occurs inside a line
+
+
+@dataclass(frozen=True)
+class Event:
+    """One validated line: its id, canonical payload text and line number."""
+
+    event_id: str
+    payload: str  # canonical JSON text of an object
+    line: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A validated batch: unique events plus the in-batch duplicates seen."""
+
+    events: tuple[Event, ...]
+    duplicates_in_batch: int
+
+
+class _Reject(Exception):
+    """Raised from inside json hooks; turned into BatchRejected with a line."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def canonical_json(value: Any) -> str:
+    """Keys sorted, no insignificant whitespace, types kept (``1`` != ``1.0``)."""
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except ValueError as exc:  # NaN/inf given by a Python caller
+        raise _Reject("non_finite_number", str(exc)) from None
+
+
+def parse_batch(data: bytes) -> Batch:
+    """Validate a whole JSONL batch; raise ``BatchRejected`` on the first bad line."""
+    if len(data) > MAX_FILE_BYTES:
+        raise BatchRejected(
+            "file_too_large", f"the batch has {len(data)} bytes; the limit is {MAX_FILE_BYTES}"
+        )
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM):]
+    events: dict[str, Event] = {}
+    duplicates = 0
+    non_empty = 0
+    # Only "\n" separates lines (bytes.split, not splitlines): U+2028 and U+0085
+    # are content inside JSON strings. UTF-8 never uses byte 0x0A in a sequence.
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BatchRejected(
+                "invalid_utf8", f"invalid UTF-8 at byte {exc.start} of the line", number
+            ) from None
+        if all(ch in _BLANK for ch in text):
+            continue
+        non_empty += 1
+        if non_empty > MAX_LINES:
+            raise BatchRejected(
+                "too_many_lines", f"more than {MAX_LINES} non-empty lines", number
+            )
+        try:
+            event = parse_line(text, number)
+        except _Reject as exc:
+            raise BatchRejected(exc.code, str(exc), number) from None
+        seen = events.get(event.event_id)
+        if seen is None:
+            events[event.event_id] = event
+        elif seen.payload == event.payload:
+            duplicates += 1
+        else:
+            raise BatchRejected(
+                "event_conflict",
+                f"{event.event_id} repeats line {seen.line} with a different payload",
+                number,
+            )
+    return Batch(events=tuple(events.values()), duplicates_in_batch=duplicates)
+
+
+def parse_line(text: str, number: int = 1) -> Event:
+    """Validate one line (already decoded) and return its Event."""
+    _check_depth(text)
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_object_without_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except _Reject:
+        raise
+    except RecursionError:
+        raise _Reject("nesting_too_deep", "the value is nested too deeply") from None
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise _Reject("invalid_json", str(exc)) from None
+    if not isinstance(value, dict):
+        raise _Reject("not_an_object", f"a line must be a JSON object, not {_kind(value)}")
+    for key in ("event_id", "payload"):
+        if key not in value:
+            raise _Reject("missing_key", f"the key {key!r} is missing")
+    extra = sorted(set(value) - {"event_id", "payload"})
+    if extra:
+        raise _Reject("unexpected_key", f"unexpected key {extra[0]!r}; only event_id and payload")
+    event_id = value["event_id"]
+    if not isinstance(event_id, str) or not EVENT_ID.fullmatch(event_id):
+        raise _Reject(
+            "invalid_event_id", f"event_id must be 'E' and four digits, got {_short(event_id)}"
+        )
+    payload = value["payload"]
+    if not isinstance(payload, dict):
+        raise _Reject("payload_not_object", f"payload must be a JSON object, not {_kind(payload)}")
+    canonical = canonical_json(payload)
+    try:
+        size = len(canonical.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _Reject("invalid_unicode", "the payload contains a lone surrogate") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise _Reject(
+            "payload_too_large",
+            f"the canonical payload has {size} bytes; the limit is {MAX_PAYLOAD_BYTES}",
+        )
+    return Event(event_id=event_id, payload=canonical, line=number)
+
+
+def _check_depth(text: str) -> None:
+    """Reject deep nesting before the parser can recurse into it (linear scan)."""
+    depth = 0
+    in_string = False
+    for match in _STRUCTURE.finditer(text):
+        token = match.group()
+        if in_string:
+            in_string = token != '"'
+        elif token == '"':
+            in_string = True
+        elif token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _Reject("nesting_too_deep", f"nesting deeper than {MAX_DEPTH} levels")
+        elif token in "]}":
+            depth -= 1
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _Reject("duplicate_key", f"duplicate key {_short(key)}")
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Reject("non_finite_number", f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Reject("non_finite_number", f"{_short(text)} only fits as infinity")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text) - (text[0] == "-")
+    if digits > MAX_INT_DIGITS:
+        raise _Reject("number_too_large", f"an integer of {digits} digits; the limit is {MAX_INT_DIGITS}")
+    return int(text)
+
+
+def _kind(value: Any) -> str:
+    return {
+        dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+        int: "a number", float: "a number", type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

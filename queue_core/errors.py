@@ -1,0 +1,113 @@
+"""Errors as a small hierarchy with stable, machine-readable codes.
+
+Every error a caller is expected to handle carries a ``code`` (a stable string
+that scripts may match on) and a human sentence. The CLI maps the class to an
+exit status, so the hierarchy is also the CLI's contract:
+
+* ``InputError`` (exit 2): the caller asked for something invalid; nothing was
+  written.
+* ``StorageError`` (exit 1, or 2 for a wrong path): the database could not do
+  the work; nothing was half-written.
+* ``LeaseLost``: a completion was refused by fencing; the caller's transaction
+  was rolled back.
+
+``PermanentFailure`` and ``TemporaryFailure`` are raised by business handlers,
+not by the queue: they tell the queue which way to move the message.
+"""
+
+from __future__ import annotations
+
+
+class QueueError(Exception):
+    """Base of every expected queue_core error."""
+
+    code: str = "queue_error"
+    exit_status: int = 1
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.code
+
+
+class InputError(QueueError):
+    """The request itself is invalid (bad batch, bad event id, wrong state)."""
+
+    code = "invalid_input"
+    exit_status = 2
+
+
+class BatchRejected(InputError):
+    """A JSONL batch failed validation; the whole batch was rejected.
+
+    ``line`` is the 1-based physical line number in the file (blank lines
+    count), or ``None`` when the problem is the file as a whole.
+    """
+
+    def __init__(self, code: str, message: str, line: int | None = None) -> None:
+        super().__init__(message, code=code)
+        self.line = line
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.code}: {self.args[0]}"
+
+
+class NotDead(InputError):
+    """Redrive was asked for a message that is not in the dead state."""
+
+    code = "not_dead"
+
+
+class UnknownEvent(InputError):
+    """An event id that the queue does not hold."""
+
+    code = "unknown_event"
+
+
+class LeaseLost(QueueError):
+    """Fencing refused the operation: the lease expired or was re-issued.
+
+    The transaction that tried to complete, fail or extend the message was
+    rolled back; whatever effect it had inserted is gone with it.
+    """
+
+    code = "lease_lost"
+
+
+class StorageError(QueueError):
+    """The database file cannot serve the request.
+
+    Codes: ``no_database``, ``not_a_file``, ``not_a_queue_database``,
+    ``schema_too_new``, ``cannot_open``, ``read_only``, ``disk_full``,
+    ``database_busy``, ``storage_error``.
+    """
+
+    code = "storage_error"
+
+
+class WrongPath(StorageError):
+    """The path does not name a queue database (a usage error, exit 2)."""
+
+    exit_status = 2
+
+
+class HandlerFailure(Exception):
+    """Raised by a business handler to refuse a payload."""
+
+    def __init__(self, code: str, detail: str = "") -> None:
+        super().__init__(f"{code}: {detail}" if detail else code)
+        self.code = code
+        self.detail = detail
+
+
+class PermanentFailure(HandlerFailure):
+    """Retrying cannot help (e.g. an unknown category): go to dead at once."""
+
+
+class TemporaryFailure(HandlerFailure):
+    """A later attempt may succeed: return to ready after a backoff."""
