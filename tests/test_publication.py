@@ -1,0 +1,79 @@
+"""Publication checks: only expected files are tracked, and none holds a typical secret."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOWLIST = ROOT / ".publication-allowlist"
+
+# Typical secrets. The samples in the self-test are assembled at run time so
+# that this file itself does not match.
+SECRET_PATTERNS = {
+    "private key": re.compile(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----"),
+    "AWS access key id": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    "GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    "Slack token": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    "password in a URL": re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]+@[^\s/]+", re.I),
+    "assigned password": re.compile(r"(?i)\b(?:password|passwd|secret|api_key|token)\s*[:=]\s*['\"][^'\"\s]{8,}['\"]"),
+}
+
+
+def tracked_files() -> list[str]:
+    result = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False)
+    assert result.returncode == 0, "the publication checks need a git checkout: " + result.stderr.decode()
+    return [name for name in result.stdout.decode().split("\0") if name]
+
+
+def allowed_patterns() -> list[str]:
+    lines = ALLOWLIST.read_text(encoding="utf-8").splitlines()
+    return [entry.strip() for entry in lines if entry.strip() and not entry.startswith("#")]
+
+
+def find_secrets(text: str) -> list[str]:
+    return [name for name, pattern in SECRET_PATTERNS.items() if pattern.search(text)]
+
+
+def test_tracked_files_match_the_allowlist() -> None:
+    patterns = allowed_patterns()
+    files = tracked_files()
+    assert files, "no tracked files found"
+    strays = [f for f in files if not any(fnmatch.fnmatchcase(f, p) for p in patterns)]
+    assert strays == [], f"tracked files outside .publication-allowlist: {strays}"
+
+
+def test_tracked_files_hold_no_typical_secrets() -> None:
+    found = {}
+    for name in tracked_files():
+        path = ROOT / name
+        if not path.is_file() or path.stat().st_size > 5_000_000:
+            continue
+        hits = find_secrets(path.read_text(encoding="utf-8", errors="replace"))
+        if hits:
+            found[name] = hits
+    assert found == {}
+
+
+@pytest.mark.parametrize("sample, kind", [
+    ("-----BEGIN " + "RSA PRIVATE KEY-----", "private key"),
+    ("AKIA" + "ABCDEFGHIJKLMNOP", "AWS access key id"),
+    ("gh" + "p_" + "a" * 36, "GitHub token"),
+    ("xo" + "xb-1234567890-abcdef", "Slack token"),
+    ("postgres://app:" + "hunter2@db.example/app", "password in a URL"),
+    ("password = '" + "correct-horse'", "assigned password"),
+])
+def test_the_secret_scanner_finds_typical_secrets(sample: str, kind: str) -> None:
+    assert kind in find_secrets(f"config line: {sample}\n")
+
+
+def test_the_scanner_ignores_ordinary_text() -> None:
+    assert find_secrets("http://127.0.0.1:8000/ and the lease token is a generation number") == []
+
+
+def test_the_allowlist_rejects_a_database_file() -> None:
+    assert not any(fnmatch.fnmatchcase("queue.sqlite3", p) for p in allowed_patterns())
