@@ -21,7 +21,7 @@ from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
 from .handler import Handler
-from .store import DEFAULT_LEASE_SECONDS, STATES, Snapshot, Store
+from .store import DEFAULT_LEASE_SECONDS, STATES, Message, Snapshot, Store
 from .worker import work
 
 PROG = "queue-core"
@@ -144,13 +144,13 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(_status_table(snapshot))
     elif args.command == "dead":
-        letters = [
-            {"event_id": m.event_id, "attempts": m.attempts, "generation": m.generation,
-             "last_error": m.last_error, "payload": m.payload_object}
-            for m in store.dead_letters()
-        ]
+        letters = store.dead_letters()
         if args.json:
-            _print_json(letters, out)
+            _print_json([
+                {"event_id": m.event_id, "attempts": m.attempts, "generation": m.generation,
+                 "last_error": m.last_error, "payload": m.payload_object}
+                for m in letters
+            ], out)
         else:
             out.write(_dead_table(letters))
     elif args.command == "redrive":
@@ -202,14 +202,12 @@ def _status_table(snapshot: Snapshot) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _dead_table(letters: list[dict[str, Any]]) -> str:
+def _dead_table(letters: list[Message]) -> str:
     if not letters:
         return "no dead letters\n"
-    lines = ["event_id  attempts  generation  last_error              payload"]
-    for item in letters:
-        payload = json.dumps(item["payload"], sort_keys=True, ensure_ascii=False)
-        lines.append(f"{item['event_id']:<9} {item['attempts']:>8}  {item['generation']:>10}  "
-                     f"{item['last_error'] or '':<22}  {payload}")
+    lines = ["event_id  attempts  generation  last_error              payload (as stored)"]
+    lines += [f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  {m.last_error or '':<22}  {m.payload}"
+              for m in letters]
     return "\n".join(lines) + "\n"
 
 
