@@ -10,18 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .clock import Clock, ModelClock, SystemClock
+from .clock import MAX_SECONDS, Clock, ModelClock, SystemClock
 from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
 from .handler import Handler
-from .store import DEFAULT_LEASE_SECONDS, STATES, Message, Snapshot, Store
+from .store import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, STATES, Message, Snapshot, Store
 from .worker import work
 
 PROG = "queue-core"
@@ -33,21 +34,21 @@ class UsageError(QueueError):
     exit_status = 2
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
+def _whole_number(low: int, high: int):
+    """An argparse type: ASCII digits only, within [low, high]."""
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[0-9]+", text):
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number in {low}..{high}, got {text}")
+        return value
+    return parse
 
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a number >= 1, got 0")
-    return value
+_seconds = _whole_number(0, MAX_SECONDS)
+_lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
+_count = _whole_number(0, 10**9)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
                         help=f"queue database file (default: {DEFAULT_DB} in the working directory)")
-    common.add_argument("--now", metavar="SECONDS", type=_non_negative, default=argparse.SUPPRESS,
+    common.add_argument("--now", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
                         help="model time in whole seconds instead of the system clock")
 
     parser = argparse.ArgumentParser(
@@ -68,9 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("file", metavar="FILE", help="JSONL batch; '-' reads standard input")
 
     worker = commands.add_parser("work", parents=[common], help="process messages until none is available now")
-    worker.add_argument("--lease-seconds", type=_positive, default=DEFAULT_LEASE_SECONDS, metavar="S",
+    worker.add_argument("--lease-seconds", type=_lease_seconds, default=DEFAULT_LEASE_SECONDS, metavar="S",
                         help=f"lease length (default: {DEFAULT_LEASE_SECONDS})")
-    worker.add_argument("--max-messages", type=_non_negative, default=None, metavar="N",
+    worker.add_argument("--max-messages", type=_count, default=None, metavar="N",
                         help="stop after N claims")
     worker.add_argument("--category", action="append", default=[], metavar="NAME",
                         help="also accept this category (repeatable)")

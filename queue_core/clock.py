@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+MAX_SECONDS = 2**40  # about 35,000 years: any time plus any lease still fits in 64 bits
+
 
 class Clock(Protocol):
     """Anything with ``now()`` returning integer seconds."""
@@ -54,6 +56,6 @@ class ModelClock:
 
 
 def _whole_seconds(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"time must be a non-negative integer of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SECONDS:
+        raise ValueError(f"time must be an integer of seconds in 0..{MAX_SECONDS}, got {value!r}")
     return value

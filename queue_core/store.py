@@ -46,6 +46,7 @@ from .handler import Effect
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x51436F72  # "QCor": marks a file as a queue_core database
 DEFAULT_LEASE_SECONDS = 30
+MAX_LEASE_SECONDS = 365 * 86_400  # a year; keeps now + lease far inside SQLite's 64-bit integers
 MAX_ATTEMPTS = 3  # claims per cycle, whether they ended in a failure or a silent death
 BUSY_TIMEOUT_MS = 2_000  # SQLite's own wait for the write lock, per attempt
 BUSY_RETRY_SECONDS = 60.0  # then we back off and retry until this much time has passed
@@ -396,8 +397,9 @@ class Store:
         ``available_at, event_id``. A message whose last allowed claim expired
         goes to dead instead, and the search goes on.
         """
-        if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int) or lease_seconds < 1:
-            raise ValueError(f"lease_seconds must be a positive integer, got {lease_seconds!r}")
+        if (isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int)
+                or not 1 <= lease_seconds <= MAX_LEASE_SECONDS):
+            raise ValueError(f"lease_seconds must be an integer 1..{MAX_LEASE_SECONDS}, got {lease_seconds!r}")
         now = tx.now()
         while True:
             row = tx.execute(
@@ -530,7 +532,7 @@ class Store:
 
     def redrive(self, event_ids: Iterable[str]) -> list[str]:
         """Give dead messages a new cycle (all or none); returns the ids."""
-        ids = list(event_ids)
+        ids = list(dict.fromkeys(event_ids))  # the same id twice is one request
         return self._write("redrive", lambda tx: self.redrive_tx(tx, ids))
 
     def redrive_tx(self, tx: Tx, event_ids: Iterable[str]) -> list[str]:
