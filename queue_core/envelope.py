@@ -217,7 +217,10 @@ def _bounded_int(text: str) -> int:
     digits = len(text) - (text[0] == "-")
     if digits > MAX_INT_DIGITS:
         raise _Reject("number_too_large", f"an integer of {digits} digits; the limit is {MAX_INT_DIGITS}")
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:  # PYTHONINTMAXSTRDIGITS set below our own limit
+        raise _Reject("number_too_large", f"an integer of {digits} digits is over this interpreter's limit") from None
 
 
 def _kind(value: Any) -> str:
