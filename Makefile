@@ -1,28 +1,40 @@
 # Two commands do everything on a fresh clone:
 #   make serve   build the documentation site and serve it at http://127.0.0.1:8000
-#   make test    run the whole test suite
+#   make test    run the whole test suite (unit, processes, docs-as-tests, strict build, browser)
 # Each creates .venv and installs the pinned dependencies it needs by itself.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: test serve site clean
 
-$(STAMP): requirements-test.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "queue_core needs Python >= 3.11; set PYTHON=python3.11 or newer")'
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "queue_core needs Python >= 3.11; run: make PYTHON=python3.12 ...")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
-	@touch $(STAMP)
 
-test: $(STAMP)
+$(VENV)/.docs-installed: $(BIN)/python requirements-docs.txt constraints.txt pyproject.toml
+	$(PIP) -r requirements-docs.txt
+	$(PIP) -e .
+	@touch $@
+
+$(VENV)/.test-installed: $(VENV)/.docs-installed requirements-test.txt
+	$(PIP) -r requirements-test.txt
+	@touch $@
+
+test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest
 
-serve:
-	@echo "The documentation site does not exist yet (see the open issue on the site)."
-	@echo "Meanwhile: $(BIN)/queue-core demo   shows the reference demo."
+site: $(VENV)/.docs-installed
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
+serve: site
+	@echo "Serving the site at http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
+	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory site
 
 clean:
-	rm -rf $(VENV) site build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) site build *.egg-info .pytest_cache .hypothesis test-artifacts
