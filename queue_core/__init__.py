@@ -1,7 +1,8 @@
 """queue_core: a reliable local message queue on SQLite.
 
 Lease, fencing (generation), effect + ACK in one transaction, retry with
-backoff, dead letters and redrive; the standard library only.
+backoff, dead letters and redrive, idempotency receipts; the standard library
+only.
 """
 
 from .clock import Clock, ModelClock, SystemClock
@@ -10,16 +11,20 @@ from .errors import (
     BatchRejected,
     HandlerFailure,
     InputError,
+    InvalidReceipt,
     LeaseLost,
     NotDead,
+    OperationConflict,
     PermanentFailure,
     QueueError,
+    ReceiptError,
     StorageError,
     TemporaryFailure,
     UnknownEvent,
     WrongPath,
 )
 from .handler import DEFAULT_CATEGORIES, Effect, Handler
+from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
 from .store import (
     DEFAULT_LEASE_SECONDS,
     MAX_ATTEMPTS,
@@ -39,9 +44,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "BatchRejected", "Clock", "Completion", "DEFAULT_CATEGORIES", "DEFAULT_LEASE_SECONDS",
-    "Effect", "EnqueueResult", "Event", "Handler", "HandlerFailure", "InputError", "Lease",
-    "LeaseLost", "MAX_ATTEMPTS", "Message", "ModelClock", "NotDead", "Outcome", "PermanentFailure",
-    "QueueError", "Snapshot", "StorageError", "Store", "SystemClock", "TemporaryFailure", "Tx",
-    "UnknownEvent", "WorkSummary", "WrongPath", "backoff_seconds", "canonical_json", "parse_batch",
-    "work",
+    "Effect", "EnqueueResult", "Event", "Handler", "HandlerFailure", "InputError", "InvalidReceipt", "Lease",
+    "LeaseLost", "MAX_ATTEMPTS", "Message", "ModelClock", "NotDead", "OperationConflict", "Outcome",
+    "PermanentFailure", "QueueError", "Receipt", "ReceiptError", "ReceiptHandler", "Recorded", "Snapshot",
+    "StorageError", "Store", "SystemClock", "TemporaryFailure", "Tx", "UnknownEvent", "WorkSummary",
+    "WrongPath", "backoff_seconds", "canonical_json", "key_from_payload", "parse_batch", "work",
 ]

@@ -22,6 +22,7 @@ from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
 from .handler import Handler
+from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
 from .store import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, STATES, Message, Snapshot, Store
 from .worker import work
 
@@ -87,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", parents=[common], help="run the reference demo in a temporary folder")
     demo.add_argument("--json", action="store_true", help="print the five snapshots as JSON")
+
+    lab = commands.add_parser("lab", parents=[common],
+                              help="the delivery lab: one job on an at-least-once broker, step by step")
+    lab.add_argument("case", nargs="?", choices=LAB_CASES, metavar="CASE",
+                     help=f"one story ({', '.join(LAB_CASES)}); default: the four delivery stories")
+    lab.add_argument("--json", action="store_true", help="print one JSON object keyed by case name")
     return parser
 
 
@@ -127,6 +134,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.command == "demo":
         return _demo(args.json, out)
+    if args.command == "lab":  # its own temporary files; --db and --now do not apply
+        results = run_lab([args.case] if args.case else LAB_STORIES)
+        out.write(lab_json(results) + "\n" if args.json else format_lab(results))
+        return 0
     if args.command == "enqueue":
         batch = parse_batch(_read_batch(args.file))  # validated before the file is even opened
         result = Store(db, clock=clock, create=True).enqueue(batch)

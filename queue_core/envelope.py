@@ -66,8 +66,11 @@ class Batch:
     duplicates_in_batch: int
 
 
-class _Reject(Exception):
-    """Raised from inside json hooks; turned into BatchRejected with a line."""
+class _Reject(ValueError):
+    """Raised from inside json hooks; turned into BatchRejected with a line.
+
+    A ValueError, so that ``canonical_json`` raises what callers expect.
+    """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -144,7 +147,10 @@ def parse_line(text: str, number: int = 1) -> Event:
         raise
     except RecursionError:
         raise _Reject("nesting_too_deep", "the value is nested too deeply") from None
-    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+    except json.JSONDecodeError as exc:
+        # The batch names the physical line; json's own "line 1" would only confuse.
+        raise _Reject("invalid_json", f"{exc.msg} at column {exc.colno}") from None
+    except ValueError as exc:
         raise _Reject("invalid_json", str(exc)) from None
     if not isinstance(value, dict):
         raise _Reject("not_an_object", f"a line must be a JSON object, not {_kind(value)}")

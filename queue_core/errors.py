@@ -69,10 +69,37 @@ class UnknownEvent(InputError):
     code = "unknown_event"
 
 
+class ReceiptError(InputError):
+    """An idempotency receipt cannot be written; nothing was written."""
+
+    code = "receipt_error"
+
+
+class OperationConflict(ReceiptError):
+    """The same ``(tenant, operation)`` was already recorded with another payload.
+
+    A repeat must carry the same canonical payload to reuse the effect; a
+    different operation needs a new operation key. Nothing was changed.
+    """
+
+    code = "operation_conflict"
+
+
+class InvalidReceipt(ReceiptError):
+    """A receipt's key or payload is unusable.
+
+    Codes: ``invalid_receipt_key`` (tenant or operation not a string of
+    1..200 characters), ``invalid_receipt_payload`` (no canonical JSON form,
+    or over 10,000 bytes).
+    """
+
+    code = "invalid_receipt"
+
+
 class LeaseLost(QueueError):
     """Fencing refused the operation: the lease expired or was re-issued.
 
-    The transaction that tried to complete, fail or extend the message was
+    The transaction that tried to complete or fail the message was
     rolled back; whatever effect it had inserted is gone with it.
     """
 

@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import faults
+from . import faults, receipts
 from .clock import Clock, SystemClock
 from .envelope import Batch, parse_batch
 from .errors import (
@@ -36,6 +36,7 @@ from .errors import (
     LeaseLost,
     NotDead,
     PermanentFailure,
+    ReceiptError,
     StorageError,
     TemporaryFailure,
     UnknownEvent,
@@ -51,6 +52,7 @@ MAX_ATTEMPTS = 3  # claims per cycle, whether they ended in a failure or a silen
 BUSY_TIMEOUT_MS = 2_000  # SQLite's own wait for the write lock, per attempt
 BUSY_RETRY_SECONDS = 60.0  # then we back off and retry until this much time has passed
 LEASE_EXPIRED = "lease_expired"  # last_error of a message whose last lease ran out
+RECEIPT_WITHOUT_EFFECT = "receipt_without_effect"  # last_error: a receipt names no effect row
 
 STATES = ("ready", "leased", "done", "dead")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -159,6 +161,7 @@ class Tx:
         faults.reach(f"{self.operation}.{step}")
 
 
+# A business handler, or one wrapped in receipts.ReceiptHandler (see complete_tx).
 Handler = Callable[[Mapping[str, Any]], Effect]
 
 
@@ -446,24 +449,43 @@ class Store:
         message done. If the handler refuses the payload the message moves to
         retry or dead instead. Raises ``LeaseLost`` if fencing refuses; the
         effect is rolled back with the transaction.
+
+        With a ``receipts.ReceiptHandler`` the same transaction also writes the
+        operation's receipt, and a repeated operation is ACKed on the proof of
+        its receipt instead of getting a second effect (see ``complete_tx``).
         """
         return self._write("complete", lambda tx: self.complete_tx(tx, lease, handler))
 
     def complete_tx(self, tx: Tx, lease: Lease, handler: Handler) -> Completion:
-        """``complete`` inside the caller's transaction (their writes join it)."""
+        """``complete`` inside the caller's transaction (their writes join it).
+
+        The ACK is reached only after a new effect row, or -- with a
+        ``receipts.ReceiptHandler`` -- after a receipt read in this transaction
+        whose effect row exists (see ``_under_receipt``).
+        """
         message = self._fenced(tx, lease)
         tx.point("after_read")
-        try:
-            effect = handler(message.payload_object)
-        except PermanentFailure as failure:
-            return self._fail_checked(tx, message, failure.code, permanent=True)
-        except TemporaryFailure as failure:
-            return self._fail_checked(tx, message, failure.code, permanent=False)
-        tx.execute(
-            "INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
-            (lease.event_id, effect.category, effect.amount_cents),
-        )
-        tx.point("after_insert")
+
+        def insert_effect(effect: Effect) -> str:
+            tx.execute(
+                "INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
+                (lease.event_id, effect.category, effect.amount_cents),
+            )
+            tx.point("after_insert")
+            return lease.event_id
+
+        if isinstance(handler, receipts.ReceiptHandler):
+            refused = self._under_receipt(tx, message, handler, insert_effect)
+            if refused is not None:
+                return refused
+        else:
+            try:
+                effect = handler(message.payload_object)
+            except PermanentFailure as failure:
+                return self._fail_checked(tx, message, failure.code, permanent=True)
+            except TemporaryFailure as failure:
+                return self._fail_checked(tx, message, failure.code, permanent=False)
+            insert_effect(effect)
         self._fenced(tx, lease)  # the work may have taken long: check again
         tx.point("after_recheck")
         tx.execute(
@@ -472,6 +494,39 @@ class Store:
         )
         tx.point("after_update")
         return Completion(lease.event_id, Outcome.DONE)
+
+    def _under_receipt(
+        self,
+        tx: Tx,
+        message: Message,
+        handler: receipts.ReceiptHandler,
+        insert_effect: Callable[[Effect], str],
+    ) -> Completion | None:
+        """The effect under a receipt; None means: proceed to the ACK.
+
+        * a new operation: the effect row, then its receipt (same transaction);
+        * the same operation and payload again (e.g. under another event id):
+          no new effect; the receipt and the effect row it names are the proof;
+        * the same operation with another payload: dead, ``operation_conflict``
+          (the receipt and the first effect are untouched);
+        * a receipt that names no effect row: dead, ``receipt_without_effect``.
+        """
+        payload = message.payload_object
+        try:
+            tenant, operation = handler.key(payload)
+            recorded = receipts.record(tx, tenant, operation, payload,
+                                       lambda: insert_effect(handler.handler(payload)))
+        except PermanentFailure as failure:
+            return self._fail_checked(tx, message, failure.code, permanent=True)
+        except TemporaryFailure as failure:
+            return self._fail_checked(tx, message, failure.code, permanent=False)
+        except ReceiptError as refusal:  # operation_conflict, or an unusable key
+            return self._fail_checked(tx, message, refusal.code, permanent=True)
+        if recorded.reused:
+            row = tx.execute("SELECT 1 FROM effects WHERE event_id = ?", (recorded.effect,)).fetchone()
+            if row is None:
+                return self._fail_checked(tx, message, RECEIPT_WITHOUT_EFFECT, permanent=True)
+        return None
 
     # ------------------------------------------------------------------ fail
 

@@ -689,3 +689,11 @@ def test_any_json_object_round_trips_through_enqueue(property_store, value, ensu
     assert json.loads(stored) == value
     assert canonical_json(json.loads(stored)) == stored  # types (1 vs 1.0) survive
     assert store.enqueue(line) == queue_core.EnqueueResult(accepted=0, duplicates=1)
+
+
+def test_invalid_json_names_the_physical_line_and_only_a_column() -> None:
+    data = b'{"event_id":"E0001","payload":{"a":1}}\n\n{"event_id":"E0003","payload":{"a":1}, }\n'
+    with pytest.raises(BatchRejected) as info:
+        parse_batch(data)
+    assert info.value.line == 3
+    assert str(info.value) == "line 3: invalid_json: Expecting property name enclosed in double quotes at column 40"

@@ -1,0 +1,237 @@
+"""Idempotency receipts: ``(tenant, operation) -> payload``, written with the effect.
+
+Fencing (the ``generation``) stops a stale *worker* from finishing a message
+that was re-issued. It cannot see that two different messages, or two
+deliveries of a broker that only promises at-least-once, carry the *same
+operation*. A receipt can: it is a row keyed by ``(tenant, operation)`` that
+holds the operation's canonical payload and names the effect it produced, and
+it is written in the **same transaction** as that effect.
+
+* The first time, ``record`` runs the caller's effect and writes the receipt.
+* A repeat with the same payload runs nothing and returns the existing
+  receipt (``reused=True``): the effect already exists.
+* The same key with another payload raises ``OperationConflict`` and writes
+  nothing.
+* Tenants are separate namespaces: ``("north", "op-1")`` and
+  ``("south", "op-1")`` are two operations.
+* A failure anywhere in the caller's transaction rolls back receipt and effect
+  together: there is never a receipt without its effect, or the reverse.
+
+Every function takes the caller's open transaction: a ``store.transaction()``
+``Tx``, or a plain ``sqlite3.Connection`` inside ``BEGIN``. The receipts table
+is created on first use, in the caller's transaction, in the caller's
+database. All SQL about receipts lives in this module.
+
+``ReceiptHandler`` composes receipts with the queue: ``Store.complete`` then
+writes effect, receipt and ACK in one transaction, and ACKs a repeated
+operation on the proof of its receipt instead of writing a second effect.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+from .envelope import MAX_PAYLOAD_BYTES, canonical_json
+from .errors import InvalidReceipt, OperationConflict, PermanentFailure
+from .handler import INVALID_PAYLOAD, Effect
+
+if TYPE_CHECKING:  # store imports this module; only the type is needed here
+    from .store import Tx
+
+MAX_KEY_CHARS = 200  # tenant and operation: 1..200 characters each
+
+# Creates the receipts table if this database has none yet (inside the caller's transaction).
+SQL_CREATE = """
+CREATE TABLE IF NOT EXISTS receipts (
+    tenant    TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 200),
+    operation TEXT NOT NULL CHECK (length(operation) BETWEEN 1 AND 200),
+    payload   TEXT NOT NULL CHECK (json_valid(payload)),
+    effect    TEXT NOT NULL CHECK (length(effect) > 0),
+    PRIMARY KEY (tenant, operation)
+) STRICT
+"""
+# Tells whether the receipts table exists (readers must not create it).
+SQL_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'receipts'"
+# Reads the receipt of one operation of one tenant.
+SQL_LOOKUP = "SELECT tenant, operation, payload, effect FROM receipts WHERE tenant = ? AND operation = ?"
+# Writes a new receipt; the primary key refuses a second one for the same key.
+SQL_INSERT = "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (?, ?, ?, ?)"
+# Lists every receipt, by tenant and operation.
+SQL_ALL = "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"
+
+Transaction = Union["Tx", sqlite3.Connection]
+ReceiptKey = Callable[[Mapping[str, Any]], "tuple[str, str]"]
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One stored receipt: the operation, its canonical payload, and its effect."""
+
+    tenant: str
+    operation: str
+    payload: str  # canonical JSON, as compared on a repeat
+    effect: str  # what the effect is called where it lives (for the queue: its event_id)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``record`` did: wrote a new receipt with its effect, or reused one."""
+
+    receipt: Receipt
+    reused: bool  # True: the effect already existed; this call wrote nothing
+
+    @property
+    def effect(self) -> str:
+        return self.receipt.effect
+
+
+# ---------------------------------------------------------------- writing
+
+def ensure_table(tx: Transaction) -> None:
+    """Create the receipts table in the caller's transaction if it does not exist."""
+    _open_transaction(tx).execute(SQL_CREATE)
+
+
+def record(
+    tx: Transaction,
+    tenant: str,
+    operation: str,
+    payload: Any,
+    write_effect: Callable[[], str],
+) -> Recorded:
+    """Inside the caller's transaction: the operation's effect, at most once.
+
+    ``write_effect`` writes the effect in the same transaction and returns its
+    reference (a row id, an event id). It runs only the first time. A repeat
+    with the same canonical payload returns the stored receipt with
+    ``reused=True``; another payload raises ``OperationConflict``. Nothing is
+    committed here: the caller's COMMIT (or ROLLBACK) decides for both.
+    """
+    conn = _open_transaction(tx)
+    _check_key(tenant, operation)
+    canonical = _canonical(payload)
+    conn.execute(SQL_CREATE)
+    prior = _lookup(conn, tenant, operation)
+    if prior is not None:
+        if prior.payload != canonical:
+            raise OperationConflict(
+                f"{tenant}/{operation} was already recorded with payload {prior.payload}; "
+                f"a different operation needs a new operation key"
+            )
+        return Recorded(prior, reused=True)
+    effect = write_effect()
+    if not isinstance(effect, str) or not effect:
+        raise TypeError(f"write_effect must return the effect's reference as a non-empty str, got {effect!r}")
+    conn.execute(SQL_INSERT, (tenant, operation, canonical, effect))
+    return Recorded(Receipt(tenant, operation, canonical, effect), reused=False)
+
+
+# ---------------------------------------------------------------- reading
+
+def lookup(conn: Transaction, tenant: str, operation: str) -> Receipt | None:
+    """The receipt of ``(tenant, operation)``, or None (also if no table exists yet)."""
+    connection = _connection(conn)
+    if connection.execute(SQL_EXISTS).fetchone() is None:
+        return None
+    return _lookup(connection, tenant, operation)
+
+
+def all_receipts(conn: Transaction) -> list[Receipt]:
+    """Every stored receipt, by tenant and operation (empty if no table exists yet)."""
+    connection = _connection(conn)
+    if connection.execute(SQL_EXISTS).fetchone() is None:
+        return []
+    return [Receipt(*row) for row in connection.execute(SQL_ALL)]
+
+
+def stored(store: Any) -> list[Receipt]:
+    """Every receipt in a queue database, read in one consistent snapshot."""
+    return store._read(all_receipts)
+
+
+# ------------------------------------------------------- with the queue
+
+def key_from_payload(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """The receipt key named by the payload's ``tenant`` and ``operation`` fields.
+
+    A payload without them cannot be recorded once: a permanent failure
+    (``invalid_payload``), so the message becomes a dead letter.
+    """
+    key = []
+    for name in ("tenant", "operation"):
+        value = payload.get(name)
+        if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
+            raise PermanentFailure(INVALID_PAYLOAD, f"{name} must be a string of 1..{MAX_KEY_CHARS} characters")
+        key.append(value)
+    return key[0], key[1]
+
+
+@dataclass(frozen=True)
+class ReceiptHandler:
+    """A business handler whose effects ``Store.complete`` records under receipts.
+
+    Pass it to ``Store.complete``/``complete_tx`` or ``work`` in place of a
+    handler. For each message, ``key(payload)`` names the operation. The first
+    message of an operation gets effect + receipt + ACK in one transaction; a
+    later message with the same operation and payload is ACKed on the proof of
+    the receipt (and its effect row), without a second effect; one with another
+    payload becomes a dead letter with ``operation_conflict``.
+    """
+
+    handler: Callable[[Mapping[str, Any]], Effect]
+    key: ReceiptKey = key_from_payload
+
+    def __call__(self, payload: Mapping[str, Any]) -> Effect:
+        # Called directly, it would make an effect without a receipt: refuse.
+        raise TypeError("a ReceiptHandler is used by Store.complete, which records the receipt; "
+                        "call .handler for the bare business rule")
+
+
+# -------------------------------------------------------------- helpers
+
+def _lookup(conn: sqlite3.Connection, tenant: str, operation: str) -> Receipt | None:
+    row = conn.execute(SQL_LOOKUP, (tenant, operation)).fetchone()
+    return None if row is None else Receipt(*row)
+
+
+def _connection(tx: Transaction) -> sqlite3.Connection:
+    conn = getattr(tx, "conn", tx)
+    if not isinstance(conn, sqlite3.Connection):
+        raise TypeError(f"expected a store transaction (Tx) or an sqlite3.Connection, got {type(tx).__name__}")
+    return conn
+
+
+def _open_transaction(tx: Transaction) -> sqlite3.Connection:
+    conn = _connection(tx)
+    if not conn.in_transaction:
+        # Outside a transaction each statement would commit alone, and a
+        # receipt could outlive a failed effect (or the reverse).
+        raise ValueError("receipts are written inside the caller's transaction: BEGIN (IMMEDIATE) first, "
+                         "or use store.transaction()")
+    return conn
+
+
+def _check_key(tenant: Any, operation: Any) -> None:
+    for name, value in (("tenant", tenant), ("operation", operation)):
+        if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
+            raise InvalidReceipt(f"{name} must be a string of 1..{MAX_KEY_CHARS} characters, got {value!r:.60}",
+                                 code="invalid_receipt_key")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidReceipt(f"{name} contains a lone surrogate", code="invalid_receipt_key") from None
+
+
+def _canonical(payload: Any) -> str:
+    try:
+        text = canonical_json(payload)
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:  # not JSON, NaN/inf, a lone surrogate, a cycle
+        raise InvalidReceipt(f"the payload has no canonical JSON form: {exc}", code="invalid_receipt_payload") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidReceipt(f"the canonical payload has {size} bytes; the limit is {MAX_PAYLOAD_BYTES}",
+                             code="invalid_receipt_payload")
+    return text
