@@ -1,0 +1,45 @@
+"""The same race against queue_core: the stale worker's completion is refused by its generation.
+
+Worker A claims E0001 (generation 1) and stalls past its lease; worker B
+claims it again (generation 2). A wakes up inside B's lease: the time check
+alone would pass, but A presents generation 1 and the row holds 2, so the
+transaction that would have written A's effect is refused (LeaseLost). B's
+completion is the only effect.
+
+Run it in an empty folder with queue_core installed: python fencing_generation.py
+"""
+
+import tempfile
+from pathlib import Path
+
+from queue_core import Handler, LeaseLost, ModelClock, Store
+
+clock = ModelClock(1000)
+refusal = ""
+
+with tempfile.TemporaryDirectory() as folder:
+    store = Store(Path(folder) / "queue.sqlite3", clock=clock)
+    store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}')
+
+    def row(who: str, result: str) -> None:
+        m = store.message("E0001")
+        print(f"{clock.now():>4}  {who:<17} {result:<24} {m.generation:>10} "
+              f"{m.state:<6} {store.status().total_cents:>11}")
+
+    print(f"{'now':>4}  {'who':<17} {'result':<24} {'generation':>10} {'state':<6} {'total_cents':>11}")
+    a = store.claim(lease_seconds=2)
+    row("A: claim", f"generation {a.generation}, until {a.lease_until}")
+    clock.set(1002)  # A's lease has ended; A itself is frozen mid-work
+    b = store.claim(lease_seconds=2)
+    row("B: claim", f"generation {b.generation}, until {b.lease_until}")
+    clock.set(1003)  # A wakes up inside B's lease
+    try:
+        store.complete(a, Handler())
+    except LeaseLost as exc:
+        refusal = str(exc)
+        row("A wakes: complete", "LeaseLost")
+    row("B: complete", store.complete(b, Handler()).outcome.value)
+    print()
+    print("A was refused:")
+    print(f"  {refusal}")
+    print(f"effects: {store.effects()}")

@@ -1,0 +1,52 @@
+"""A lease from claim to ACK, on a model clock: the stored row after each step.
+
+Shows the boundary (at lease_until - 1 the lease still holds, at lease_until
+it does not), lazy expiry (status shows the stored row until the next claim
+re-issues it) and the second lease with a higher generation.
+
+Run it in an empty folder with queue_core installed: python lease_steps.py
+"""
+
+import tempfile
+from pathlib import Path
+
+from queue_core import Handler, LeaseLost, ModelClock, Store
+
+clock = ModelClock(1000)  # model seconds: the example never sleeps and always prints the same
+refusal = ""
+
+with tempfile.TemporaryDirectory() as folder:
+    store = Store(Path(folder) / "queue.sqlite3", clock=clock)
+
+    def row(step: str, result: object) -> None:
+        m = store.message("E0001")
+        print(f"{clock.now():>4}  {step:<11} {str(result):<19} "
+              f"{m.state:<6} {m.attempts:>8} {m.generation:>10} {str(m.lease_until):>11}")
+
+    print(f"{'now':>4}  {'step':<11} {'returns':<19} "
+          f"{'state':<6} {'attempts':>8} {'generation':>10} {'lease_until':>11}")
+    store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}')
+    row("enqueue", "")
+
+    first = store.claim(lease_seconds=2)
+    row("A: claim", f"lease, generation {first.generation}")
+
+    clock.set(first.lease_until - 1)
+    row("B: claim", store.claim(lease_seconds=2))  # A still holds it: nothing to claim
+
+    clock.set(first.lease_until)
+    row("status", dict(store.status().messages))  # expired, but stored as leased until a claim
+    try:
+        store.complete(first, Handler())
+    except LeaseLost as exc:
+        refusal = str(exc)
+        row("A: complete", "LeaseLost")
+
+    second = store.claim(lease_seconds=2)
+    row("B: claim", f"lease, generation {second.generation}")
+
+    clock.advance(1)
+    row("B: complete", store.complete(second, Handler()).outcome.value)
+    print()
+    print(f"A was refused: {refusal}")
+    print(f"effects: {store.effects()}")

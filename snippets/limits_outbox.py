@@ -1,0 +1,103 @@
+"""An outbox and an inbox: an external call that is neither lost nor doubled.
+
+The worker does not call the other service. It writes its *intent* (a row of
+an `outbox` table in the queue file) in the same transaction as the effect and
+the ACK, so the intent commits or rolls back with them. A separate deliverer
+sends each outbox row later, with a key that never changes (the event id), and
+marks it sent. If the deliverer dies between sending and marking, it sends
+again; the receiver remembers keys it has seen (its inbox) and applies each
+one once. The "service" is a second SQLite file standing in for HTTP.
+
+Run: python limits_outbox.py   (needs queue_core installed; leaves nothing behind)
+"""
+
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from queue_core import Handler, LeaseLost, ModelClock, Outcome, Store
+
+LINE = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
+
+with tempfile.TemporaryDirectory() as folder:
+    folder = Path(folder)
+    clock = ModelClock(1000)
+    store = Store(folder / "queue.sqlite3", clock=clock)
+    store.enqueue(LINE)
+    with store.transaction() as tx:  # the outbox lives in the queue file, so it can join the ACK
+        tx.execute("CREATE TABLE outbox (key TEXT PRIMARY KEY, body TEXT NOT NULL,"
+                   " sent INTEGER NOT NULL DEFAULT 0) STRICT")
+
+    # --- the receiving service: its own database, its own transaction -------------
+    service = sqlite3.connect(folder / "service.sqlite3", isolation_level=None)
+    service.execute("CREATE TABLE inbox (key TEXT PRIMARY KEY)")
+    service.execute("CREATE TABLE notices (key TEXT, body TEXT)")
+    service.execute("CREATE TABLE received (key TEXT)")  # every delivery, like an access log
+
+    def receive(key: str, body: str) -> str:
+        service.execute("BEGIN IMMEDIATE")
+        service.execute("INSERT INTO received VALUES (?)", (key,))
+        new = service.execute("INSERT OR IGNORE INTO inbox VALUES (?)", (key,)).rowcount == 1
+        if new:
+            service.execute("INSERT INTO notices VALUES (?, ?)", (key, body))
+        service.execute("COMMIT")  # the key and the notice commit together
+        return "applied" if new else "duplicate, ignored"
+
+    # --- the worker: effect + ACK + intent in one transaction ---------------------
+    def complete_with_intent(lease, handler) -> str:
+        with store.transaction() as tx:
+            completion = store.complete_tx(tx, lease, handler)
+            if completion.outcome is Outcome.DONE:
+                tx.execute("INSERT INTO outbox (key, body) VALUES (?, ?)",
+                           (lease.event_id, f"paid {lease.event_id}"))
+        return completion.outcome.value
+
+    def slow(payload):
+        clock.advance(2)  # the work outlives the lease: this attempt must not count
+        return Handler()(payload)
+
+    def outbox_rows() -> int:
+        with store.transaction() as tx:
+            return tx.execute("SELECT count(*) FROM outbox").fetchone()[0]
+
+    lease = store.claim(lease_seconds=2)
+    try:
+        complete_with_intent(lease, slow)
+    except LeaseLost:
+        print(f"attempt 1 (generation {lease.generation}): lease lost, rolled back;"
+              f" outbox rows: {outbox_rows()}, effects: {store.status().effects_count}")
+    lease = store.claim(lease_seconds=2)
+    outcome = complete_with_intent(lease, Handler())
+    print(f"attempt 2 (generation {lease.generation}): {outcome};"
+          f" outbox rows: {outbox_rows()}, effects: {store.status().effects_count}")
+
+    # --- the deliverer: send outside any queue transaction, then mark -------------
+    def deliver(dies_before_marking: bool) -> None:
+        with store.transaction() as tx:  # a short read; never hold the lock during a call
+            pending = tx.execute(
+                "SELECT key, body FROM outbox WHERE sent = 0 ORDER BY key").fetchall()
+        if not pending:
+            print("  nothing left to send")
+        for key, body in pending:
+            print(f"  send {key}: receiver says {receive(key, body)}")
+            if dies_before_marking:
+                print("  the deliverer stops here, before marking the row sent")
+                return
+            with store.transaction() as tx:
+                tx.execute("UPDATE outbox SET sent = 1 WHERE key = ?", (key,))
+            print(f"  {key} marked sent")
+
+    print("delivery round 1:")
+    deliver(dies_before_marking=True)
+    print("delivery round 2:")
+    deliver(dies_before_marking=False)
+    print("delivery round 3:")
+    deliver(dies_before_marking=False)
+
+    deliveries = service.execute("SELECT count(*) FROM received").fetchone()[0]
+    notices = service.execute("SELECT count(*) FROM notices").fetchone()[0]
+    service.close()
+    print(f"receiver: deliveries {deliveries}, notices applied {notices}")
+    snapshot = store.status()
+    print(f"queue: effects {snapshot.effects_count}, total {snapshot.total_cents},"
+          f" messages {snapshot.to_dict()['messages']}")

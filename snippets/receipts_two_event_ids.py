@@ -1,0 +1,44 @@
+"""One operation under two event ids: fencing cannot see it, a receipt can.
+
+A checkout sent the charge "order-7:charge" of tenant "north", timed out
+waiting for the answer, and sent it again under a new event id. The queue
+holds E0001 and E0002 with the same payload. Each is a valid message; each
+is claimed with its own generation and completed by the worker that holds
+its lease. The batch runs twice, each time on a fresh SQLite file: with
+the plain handler, then with the handler wrapped in a ReceiptHandler.
+
+Run it in an empty folder with queue_core installed:
+    python receipts_two_event_ids.py
+"""
+
+import json
+import tempfile
+from pathlib import Path
+
+from queue_core import (Handler, ModelClock, ReceiptHandler, Store,
+                        receipts, work)
+
+ORDER = {"tenant": "north", "operation": "order-7:charge",
+         "category": "book", "amount_cents": 10000}
+BATCH = "".join(json.dumps({"event_id": event_id, "payload": ORDER}) + "\n"
+                for event_id in ("E0001", "E0002"))
+
+
+def run(title, handler):
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "queue.sqlite3"
+        store = Store(db, clock=ModelClock(1000))
+        store.enqueue(BATCH)
+        work(store, handler, lease_seconds=30)
+        print(title)
+        for m in store.messages():
+            print(f"  {m.event_id}: {m.state}, generation {m.generation}")
+        print(f"  effects: {store.effects()}")
+        print(f"  total_cents: {store.status().total_cents}")
+        keys = [(r.tenant, r.operation, r.effect)
+                for r in receipts.stored(store)]
+        print(f"  receipts: {keys}")
+
+
+run("without a receipt:", Handler())
+run("with a receipt:", ReceiptHandler(Handler()))
