@@ -1,9 +1,28 @@
 """A real child process that dies inside a protocol transaction.
 
-Used by the demo and the crash tests: ``python -m queue_core._child`` opens the
-database, arms one fault point, runs one operation and dies there with
-``os._exit(CODE)`` (no ``finally``, no COMMIT) or with SIGKILL. It is not part
-of the ``queue-core`` CLI, so no user reaches it by accident.
+Used by the demo, the crash tests and the crash matrix (``queue_core.evidence``):
+``python -m queue_core._child OPERATION DB ...`` opens the database, arms one
+fault point, runs one write operation (enqueue, claim, complete, fail,
+redrive) and dies there with ``os._exit(CODE)`` (no ``finally``, no ROLLBACK,
+no COMMIT) or with SIGKILL. It is not part of the ``queue-core`` CLI, so no
+user reaches it by accident, and nothing else arms a fault point.
+
+    python -m queue_core._child enqueue  DB BATCH_FILE            --now T --point enqueue.after_insert
+    python -m queue_core._child claim    DB [--lease-seconds S]   --now T --point claim.after_update
+    python -m queue_core._child complete DB ID GEN ATTEMPT UNTIL [--category NAME]... --now T --point ...
+    python -m queue_core._child fail     DB ID GEN ATTEMPT UNTIL --code CODE [--permanent] --now T --point ...
+    python -m queue_core._child redrive  DB ID [ID...]            --now T --point redrive.after_update
+
+``--trace`` (instead of ``--point``) runs the operation to its end and prints
+every fault point it reached, in order: the crash matrix learns from it where
+a child can die. ``--hit N`` dies at the N-th time the point is reached (an
+enqueue reaches ``enqueue.after_insert`` once per new event); ``--how
+sigkill`` sends SIGKILL to itself instead of calling ``os._exit``.
+
+Exit status: ``CRASH_EXIT_CODE`` when it died at the point by ``os._exit``
+(the parent sees ``-SIGKILL`` for SIGKILL), ``NOT_REACHED_EXIT_CODE`` if the
+operation finished without reaching the point (a wrong case, never a pass),
+0 after ``--trace``, 2 for a usage error or a refused operation.
 """
 
 from __future__ import annotations
@@ -13,26 +32,93 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from . import faults
 from .clock import ModelClock
+from .errors import QueueError
 from .handler import Handler
-from .store import Lease, Store
+from .store import DEFAULT_LEASE_SECONDS, Lease, Store
 
 CRASH_EXIT_CODE = 86
+NOT_REACHED_EXIT_CODE = 3  # the operation ran to its end: the point was never reached (a wrong case)
+OPERATIONS = ("enqueue", "claim", "complete", "fail", "redrive")
+HOWS = ("exit", "sigkill")
+
+
+def child_command(
+    db: str | Path,
+    operation: str,
+    *,
+    now: int,
+    point: str | None = None,
+    how: str = "exit",
+    hit: int = 1,
+    trace: bool = False,
+    batch: str | Path | None = None,
+    lease: Lease | None = None,
+    lease_seconds: int = DEFAULT_LEASE_SECONDS,
+    code: str | None = None,
+    permanent: bool = False,
+    event_ids: Iterable[str] = (),
+    categories: Iterable[str] = (),
+) -> list[str]:
+    """The command line of a child that runs ``operation`` and dies at ``point``.
+
+    With ``trace=True`` instead of a point, the child runs the operation to its
+    end and prints the fault points it reached, one per line, in order.
+    """
+    if operation not in OPERATIONS:
+        raise ValueError(f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}")
+    command = [sys.executable, "-m", "queue_core._child", operation, str(db)]
+    if operation == "enqueue":
+        if batch is None:
+            raise ValueError("enqueue needs batch=PATH")
+        command.append(str(batch))
+    elif operation == "claim":
+        command += ["--lease-seconds", str(lease_seconds)]
+    elif operation in ("complete", "fail"):
+        if lease is None:
+            raise ValueError(f"{operation} needs lease=Lease(...)")
+        command += [lease.event_id, str(lease.generation), str(lease.attempt), str(lease.lease_until)]
+        if operation == "complete":
+            for name in categories:
+                command += ["--category", name]
+        else:
+            if not code:
+                raise ValueError("fail needs code=...")
+            command += ["--code", code] + (["--permanent"] if permanent else [])
+    else:  # redrive
+        ids = list(event_ids)
+        if not ids:
+            raise ValueError("redrive needs event_ids=[...]")
+        command += ids
+    command += ["--now", str(now)]
+    if trace:
+        return command + ["--trace"]
+    if point is None:
+        raise ValueError("a crashing child needs point=...")
+    return command + ["--point", point, "--hit", str(hit), "--how", how]
+
+
+def run_crashing(db: str | Path, operation: str, *, capture: bool = False, **options: object) -> int:
+    """Run ``operation`` in a child process that dies at ``point``; return its exit status.
+
+    ``options`` are those of ``child_command``. The status is ``CRASH_EXIT_CODE``
+    for ``how="exit"`` and ``-signal.SIGKILL`` for ``how="sigkill"``.
+    With ``capture``, the child's output is swallowed (the crash matrix runs many).
+    """
+    command = child_command(db, operation, **options)  # type: ignore[arg-type]
+    output = subprocess.DEVNULL if capture else None
+    return subprocess.run(command, check=False, stdout=output, stderr=output).returncode
 
 
 def run_crashing_completion(
     db: Path, lease: Lease, now: int, point: str = "complete.after_insert", how: str = "exit"
 ) -> int:
     """Complete ``lease`` in a child process that dies at ``point``; return its exit status."""
-    command = [
-        sys.executable, "-m", "queue_core._child", str(db),
-        lease.event_id, str(lease.generation), str(lease.attempt), str(lease.lease_until),
-        "--now", str(now), "--point", point, "--how", how,
-    ]
-    return subprocess.run(command, check=False).returncode
+    return run_crashing(db, "complete", lease=lease, now=now, point=point, how=how)
 
 
 def _die(how: str) -> None:
@@ -41,21 +127,89 @@ def _die(how: str) -> None:
     os._exit(CRASH_EXIT_CODE)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m queue_core._child")
-    parser.add_argument("db", type=Path)
-    parser.add_argument("event_id")
-    parser.add_argument("generation", type=int)
-    parser.add_argument("attempt", type=int)
-    parser.add_argument("lease_until", type=int)
-    parser.add_argument("--now", type=int, required=True)
-    parser.add_argument("--point", default="complete.after_insert")
-    parser.add_argument("--how", choices=("exit", "sigkill"), default="exit")
-    args = parser.parse_args(argv)
-    faults.arm(args.point, lambda: _die(args.how))
+def _arm(point: str, hit: int, how: str) -> None:
+    reached = 0
+
+    def action() -> None:
+        nonlocal reached
+        reached += 1
+        if reached == hit:
+            _die(how)
+
+    faults.arm(point, action)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--now", type=int, required=True, help="model time in whole seconds")
+    common.add_argument("--point", help="fault point, e.g. complete.after_insert")
+    common.add_argument("--trace", action="store_true",
+                        help="do not die: run the operation and print every fault point it reached, in order")
+    common.add_argument("--hit", type=int, default=1, help="die at the N-th time the point is reached")
+    common.add_argument("--how", choices=HOWS, default="exit")
+
+    parser = argparse.ArgumentParser(prog="python -m queue_core._child",
+                                     description="Run one write operation and die at a fault point.")
+    ops = parser.add_subparsers(dest="operation", required=True)
+    enqueue = ops.add_parser("enqueue", parents=[common])
+    enqueue.add_argument("db", type=Path)
+    enqueue.add_argument("batch", type=Path)
+    claim = ops.add_parser("claim", parents=[common])
+    claim.add_argument("db", type=Path)
+    claim.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
+    for name in ("complete", "fail"):
+        op = ops.add_parser(name, parents=[common])
+        op.add_argument("db", type=Path)
+        op.add_argument("event_id")
+        op.add_argument("generation", type=int)
+        op.add_argument("attempt", type=int)
+        op.add_argument("lease_until", type=int)
+        if name == "complete":
+            op.add_argument("--category", action="append", default=[], help="also accept this category")
+        else:
+            op.add_argument("--code", required=True)
+            op.add_argument("--permanent", action="store_true")
+    redrive = ops.add_parser("redrive", parents=[common])
+    redrive.add_argument("db", type=Path)
+    redrive.add_argument("event_ids", nargs="+")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    reached: list[str] = []
+    if args.trace:
+        for point in sorted(p for p in faults.POINTS if p.startswith(f"{args.operation}.")):
+            faults.arm(point, lambda point=point: reached.append(point))
+    elif args.point not in faults.POINTS or not args.point.startswith(f"{args.operation}."):
+        print(f"{args.point!r} is not a fault point of {args.operation}", file=sys.stderr)
+        return 2
+    elif args.hit < 1:
+        print("--hit must be 1 or more", file=sys.stderr)
+        return 2
+    else:
+        _arm(args.point, args.hit, args.how)
     store = Store(args.db, clock=ModelClock(args.now), create=False)
-    store.complete(Lease(args.event_id, args.generation, args.attempt, args.lease_until), Handler())
-    return 0  # reached only if the fault point was never hit
+    try:
+        if args.operation == "enqueue":
+            store.enqueue(args.batch.read_bytes())
+        elif args.operation == "claim":
+            store.claim(args.lease_seconds)
+        elif args.operation in ("complete", "fail"):
+            lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
+            if args.operation == "complete":
+                store.complete(lease, Handler.with_categories(args.category))
+            else:
+                store.fail(lease, args.code, permanent=args.permanent)
+        else:
+            store.redrive(args.event_ids)
+    except QueueError as exc:
+        print(f"{args.operation} refused: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    if args.trace:
+        print("\n".join(reached))
+        return 0
+    return NOT_REACHED_EXIT_CODE  # reached only if the fault point was never hit
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ OPERATIONS = ("enqueue", "claim", "complete", "fail", "redrive")
 _COMMON_STEPS = ("after_begin", "after_read", "before_commit", "after_commit")
 _EXTRA_STEPS = {
     "enqueue": ("after_insert",),
-    "claim": ("after_update",),
+    "claim": ("after_expire", "after_update"),
     "complete": ("after_insert", "after_recheck", "after_update"),
     "fail": ("after_update",),
     "redrive": ("after_update",),

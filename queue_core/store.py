@@ -17,6 +17,7 @@ a connection per transaction, closed explicitly in ``finally``.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
 import time
@@ -198,12 +199,17 @@ class Store:
     def _inspect_file(self, create: bool) -> bool:
         """Check the file without modifying it; return True if it must be initialised."""
         path = self.path
-        if path.is_dir():
+        try:
+            is_dir, exists = path.is_dir(), path.exists()
+            parent_is_dir = path.parent.is_dir()
+        except OSError as exc:  # e.g. a folder this process may not search, a name too long
+            raise WrongPath(f"cannot open {path}: {exc.strerror}", code="cannot_open") from None
+        if is_dir:
             raise WrongPath(f"{path} is a directory, not a queue database", code="not_a_file")
-        if not path.exists():
+        if not exists:
             if not create:
                 raise WrongPath(f"no queue database at {path}", code="no_database")
-            if not path.parent.is_dir():
+            if not parent_is_dir:
                 raise WrongPath(f"cannot create {path}: {path.parent} is not a directory", code="cannot_open")
             return True
         try:
@@ -219,6 +225,28 @@ class Store:
             raise WrongPath(f"{path} is not a queue database (not an SQLite file)", code="not_a_queue_database")
         application_id = int.from_bytes(header[68:72], "big")
         version = int.from_bytes(header[60:64], "big")
+        wal = path.with_name(path.name + "-wal")
+        try:
+            wal_pending = wal.is_file() and wal.stat().st_size > 0
+        except OSError:
+            wal_pending = False  # then SQLite cannot use it either, and will say so
+        if application_id == APPLICATION_ID and wal_pending:
+            # Another client (running, or crashed) has commits still only in the
+            # WAL, e.g. a newer queue_core's upgrade: the header on disk may be
+            # stale. Read it through SQLite; a read-only connection neither
+            # checkpoints nor removes the WAL, so nothing is modified.
+            try:
+                reader = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
+                                         timeout=self.busy_timeout_ms / 1000)
+            except sqlite3.Error as exc:
+                raise _storage_error(exc, path) from exc
+            try:
+                application_id = reader.execute("PRAGMA application_id").fetchone()[0]
+                version = reader.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise _storage_error(exc, path) from exc
+            finally:
+                _close(reader, quiet=True)
         if application_id != APPLICATION_ID:
             raise WrongPath(f"{path} is an SQLite file of another application, not a queue database",
                             code="not_a_queue_database")
@@ -426,6 +454,7 @@ class Store:
                     "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ? WHERE event_id = ?",
                     (LEASE_EXPIRED, event_id),
                 )
+                tx.point("after_expire")
                 continue
             lease = Lease(event_id, generation + 1, attempts + 1, now + lease_seconds)
             tx.execute(
@@ -691,6 +720,8 @@ _ERROR_CODES = (
     ("SQLITE_NOTADB", "not_a_queue_database", "the file is not a database"),
     ("SQLITE_CORRUPT", "corrupt", "the database file is corrupt"),
     ("SQLITE_CONSTRAINT", "constraint_violation", "a schema constraint refused the write"),
+    # SQLite could not grow the WAL index (-shm): in practice the disk is out of space.
+    ("SQLITE_IOERR_SHMSIZE", "disk_full", "the disk is full (no room for the WAL index file)"),
     ("SQLITE_IOERR", "io_error", "the operating system reported an I/O error"),
 )
 
@@ -698,6 +729,17 @@ _ERROR_CODES = (
 def _storage_error(exc: sqlite3.Error, path: Path) -> StorageError:
     """Translate an sqlite3 error into a StorageError with a stable code."""
     name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_CANTOPEN"):
+        # SQLite says "unable to open" where it may not write the file or create
+        # the WAL beside it (a read-only file system, file or folder): say so.
+        try:
+            file_read_only = path.exists() and not os.access(path, os.W_OK)
+            folder_read_only = path.parent.is_dir() and not os.access(path.parent, os.W_OK)
+        except OSError:
+            file_read_only = folder_read_only = False
+        if file_read_only or folder_read_only:
+            where = "database" if file_read_only else "folder of the database"
+            return StorageError(f"{path}: the {where} is read-only for this process ({exc})", code="read_only")
     for prefix, code, sentence in _ERROR_CODES:
         if name.startswith(prefix):
             return StorageError(f"{path}: {sentence} ({exc})", code=code)

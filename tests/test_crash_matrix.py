@@ -1,0 +1,255 @@
+"""The crash matrix: every write operation, dying at every fault point, two ways.
+
+``queue_core.evidence.crash_matrix`` runs each operation (enqueue, claim, complete,
+fail temporary and permanent, redrive) in a real child process that dies at
+each fault point the operation reaches, once by ``os._exit`` and once by
+SIGKILL; a fresh worker then finishes the queue and every invariant is
+checked. The run leaves a record in ``test-artifacts/evidence/`` that the page
+"How we know" shows (docs/how-we-know.md).
+
+Also here: the fault points are inert and cheap unless armed and no CLI path
+arms them, and the checker really finds each kind of violation (negative
+controls), so that "0 violations" means something.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import signal
+import sqlite3
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from queue_core import Handler, ModelClock, Store, cli, evidence, faults
+from queue_core._child import CRASH_EXIT_CODE, NOT_REACHED_EXIT_CODE, child_command, run_crashing
+from queue_core.evidence import COMMITTED, ROLLED_BACK, SCENARIOS, check_invariants
+
+PACKAGE = Path(evidence.__file__).parent
+SCENARIO_KEYS = [s.key for s in SCENARIOS]
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> list[evidence.CrashRow]:
+    folder = tmp_path_factory.mktemp("crash-matrix")
+    began = time.monotonic()
+    rows = evidence.crash_matrix(folder)
+    evidence.save_record("crash-matrix", {}, rows, by="tests/test_crash_matrix.py",
+                         seconds=time.monotonic() - began)
+    return rows
+
+
+def failures(rows: list[evidence.CrashRow]) -> str:
+    return "\n".join(f"{r.scenario} {r.label} {r.how}: {'; '.join(r.violations)}" for r in rows if not r.ok)
+
+
+def test_every_fault_point_is_crashed_at_both_ways(matrix: list[evidence.CrashRow]) -> None:
+    assert evidence.uncovered_points(matrix) == set()
+    ways = Counter((row.scenario, row.point, row.hit) for row in matrix)
+    assert set(ways.values()) == {2}  # each case once by os._exit, once by SIGKILL
+    assert {row.operation for row in matrix} == set(faults.OPERATIONS)
+    assert len(matrix) >= 2 * len(faults.POINTS)
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_KEYS)
+def test_a_crash_anywhere_in_the_operation_loses_nothing_and_doubles_nothing(
+    matrix: list[evidence.CrashRow], scenario: str
+) -> None:
+    rows = [row for row in matrix if row.scenario == scenario]
+    assert rows
+    assert failures(rows) == ""
+    for row in rows:
+        assert row.total_cents == row.expected_total
+
+
+def test_the_child_really_died_at_the_point(matrix: list[evidence.CrashRow]) -> None:
+    for row in matrix:
+        assert row.exit_status == (CRASH_EXIT_CODE if row.how == "exit" else -signal.SIGKILL), row
+
+
+def test_before_commit_everything_is_rolled_back_after_commit_everything_stays(
+    matrix: list[evidence.CrashRow],
+) -> None:
+    for row in matrix:
+        expected = COMMITTED if row.point.endswith(".after_commit") else ROLLED_BACK
+        assert row.after_crash == expected, row
+
+
+def test_the_matrix_takes_each_branch_of_the_specification(matrix: list[evidence.CrashRow]) -> None:
+    finals = {(row.scenario, row.after_crash): row.shown_final for row in matrix}
+    # A committed claim that nobody completes costs an attempt: generation 2 finishes it.
+    assert finals[("claim", COMMITTED)] == "E0001 done 2/2"
+    assert finals[("claim", ROLLED_BACK)] == "E0001 done 1/1"
+    # Effect + ACK: rolled back means generation 2 does the work; committed means it is done once.
+    assert finals[("complete", ROLLED_BACK)] == "E0001 done 2/2"
+    assert finals[("complete", COMMITTED)] == "E0001 done 1/1"
+    # Redrive keeps the generation and resets attempts; without a fix the message dies again.
+    assert finals[("redrive", COMMITTED)] == "E0004 done 1/2, E0005 dead 1/2"
+    resent = {row.resent for row in matrix if row.scenario == "enqueue"}
+    assert resent == {"resent: 2 accepted, 3 duplicates", "resent: 0 accepted, 5 duplicates"}
+
+
+# ------------------------------------------------------ the harness cannot pass by accident
+
+
+def test_a_point_the_operation_never_reaches_is_a_failure_not_a_pass(tmp_path: Path) -> None:
+    refused = next(s for s in SCENARIOS if s.key == "complete-refused")
+    prepared = evidence._prepare(refused, tmp_path / "prepare")
+    assert "complete.after_insert" not in {point for point, _, _ in prepared.reached}
+    row = evidence._run_case(prepared, "complete.after_insert", 1, 1, "exit", tmp_path / "case")
+    assert row.exit_status == NOT_REACHED_EXIT_CODE
+    assert any("exited with 3" in v for v in row.violations)
+
+
+def test_the_child_refuses_a_point_of_another_operation(tmp_path: Path) -> None:
+    db = tmp_path / "q.sqlite3"
+    Store(db, clock=ModelClock(1000)).enqueue('{"event_id": "E0001", "payload": {"category": "pen", '
+                                              '"amount_cents": 1}}\n')
+    status = run_crashing(db, "claim", now=1000, point="complete.after_insert", capture=True)
+    assert status == 2
+    assert Store(db).message("E0001").state == "ready"
+
+
+def naive_file(tmp_path: Path, sql: str) -> Path:
+    """A finished queue file, then broken on purpose by raw SQL (as a buggy client would)."""
+    tmp_path.mkdir(exist_ok=True)
+    db = tmp_path / "q.sqlite3"
+    store = Store(db, clock=ModelClock(1000))
+    store.enqueue(evidence.batch_text(evidence.DEMO_EVENTS))
+    evidence.finish_queue(db, 1000)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    conn.executescript(sql)
+    conn.close()
+    return db
+
+
+BROKEN = {
+    "done without its effect": ("DELETE FROM effects WHERE event_id = 'E0001'", "E0001 is done with 0 effects"),
+    "effect without done": ("UPDATE messages SET state = 'leased', lease_until = 9 WHERE event_id = 'E0002'",
+                            "effect of E0002 without a done message"),
+    "effect differs from the payload": ("UPDATE effects SET amount_cents = 1 WHERE event_id = 'E0003'",
+                                        "effect of E0003 is book 1"),
+    "dead without a reason": ("UPDATE messages SET last_error = NULL WHERE event_id = 'E0004'",
+                              "E0004 is dead without a recorded reason"),
+    "generation behind attempts": ("UPDATE messages SET generation = 0 WHERE event_id = 'E0001'",
+                                   "E0001: generation 0 < attempts 1"),
+    "left unfinished": ("UPDATE messages SET state = 'ready' WHERE event_id = 'E0004'",
+                        "E0004 is still ready after the final pass"),
+    "an event never stored": ("DELETE FROM messages WHERE event_id = 'E0004'", "E0004 was sent but is not stored"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
+def test_the_checker_finds_each_kind_of_violation(tmp_path: Path, case: str) -> None:
+    sql, expected = BROKEN[case]
+    healthy = naive_file(tmp_path / "healthy", "")
+    assert check_invariants(healthy, events=evidence.DEMO_EVENTS, expected_total=17000) == []
+    broken = naive_file(tmp_path / "broken", sql)
+    found = check_invariants(broken, events=evidence.DEMO_EVENTS)
+    assert any(expected in v for v in found), found
+
+
+def test_the_checker_finds_doubled_money_and_a_damaged_file(tmp_path: Path) -> None:
+    db = naive_file(tmp_path, "")
+    assert check_invariants(db, expected_total=27000) == ["money: effects add up to 17000, expected 27000"]
+    state = evidence.read_file(db)
+    doubled = evidence.FileState(state.integrity, 0, state.messages, state.effects + (state.effects[0],))
+    assert any("with 2 effects (doubled)" in v for v in check_invariants(doubled))
+    data = bytearray(db.read_bytes())
+    data[4096 + 8: 4096 + 64] = b"\xff" * 56  # overwrite the header of the second page
+    db.write_bytes(bytes(data))
+    assert check_invariants(db) != []
+
+
+def test_the_checker_only_reads(tmp_path: Path) -> None:
+    db = naive_file(tmp_path, "")
+    before = db.read_bytes()
+    check_invariants(db, events=evidence.DEMO_EVENTS, expected_total=17000)
+    assert db.read_bytes() == before
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            conn.execute("DELETE FROM effects")
+        finally:
+            conn.close()
+
+
+# --------------------------------------------------- the fault points cost nothing unused
+
+
+def test_an_unarmed_fault_point_costs_well_under_a_microsecond() -> None:
+    assert not faults._armed
+    calls = 200_000
+    began = time.perf_counter()
+    for _ in range(calls):
+        faults.reach("complete.after_insert")
+    per_call = (time.perf_counter() - began) / calls
+    assert per_call < 1e-6, f"{per_call * 1e9:.0f} ns per unarmed point"
+
+
+def test_nothing_in_queue_core_arms_a_fault_point_except_the_crash_child() -> None:
+    arming = set()
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "arm":
+                arming.add(path.name)
+    assert arming == {"_child.py"}
+    faults_source = (PACKAGE / "faults.py").read_text(encoding="utf-8")
+    assert "environ" not in faults_source and "getenv" not in faults_source  # no switch from outside
+
+
+def test_the_cli_offers_no_way_to_a_fault_point(tmp_path: Path) -> None:
+    cli_source = (PACKAGE / "cli.py").read_text(encoding="utf-8")
+    assert "faults" not in cli_source and "_child" not in cli_source and "evidence" not in cli_source
+    parser = cli.build_parser()
+    texts = [parser.format_help()]
+    for action in parser._subparsers._group_actions:  # every command's own help
+        texts += [sub.format_help() for sub in action.choices.values()]
+    for text in texts:
+        assert not re.search(r"\bfault|--point|--how|--hit|_child", text), text
+    # The CLI's own process never arms a point, whatever it runs.
+    db = tmp_path / "q.sqlite3"
+    batch = tmp_path / "b.jsonl"
+    batch.write_text(evidence.batch_text(evidence.DEMO_EVENTS), encoding="utf-8")
+    for argv in (["enqueue", str(batch)], ["work"], ["status"], ["dead"]):
+        assert cli.main(["--db", str(db), "--now", "1000", *argv]) == 0
+        assert not faults._armed
+    # The module that can arm points is not a command of queue-core.
+    result = subprocess.run([*evidence.QUEUE_CORE, "_child", "--help"], capture_output=True, text=True)
+    assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_the_old_completion_helper_still_builds_the_same_crash(tmp_path: Path) -> None:
+    db = tmp_path / "q.sqlite3"
+    store = Store(db, clock=ModelClock(1000))
+    store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
+    lease = store.claim(2)
+    assert child_command(db, "complete", lease=lease, now=1000, point="complete.after_insert")[3:6] == [
+        "complete", str(db), "E0001"]
+    from queue_core._child import run_crashing_completion
+    assert run_crashing_completion(db, lease, 1000) == CRASH_EXIT_CODE
+    assert store.effects() == []
+    assert store.complete(lease, Handler()).outcome.value == "done"
+
+
+def test_the_page_uses_a_record_only_for_the_same_code_and_parameters(tmp_path: Path) -> None:
+    runs = []
+
+    def run() -> list[int]:
+        runs.append(1)
+        return [len(runs)]
+
+    first = evidence.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)
+    again = evidence.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)
+    assert first["result"] == again["result"] == [1] and len(runs) == 1  # fresh: reused
+    assert evidence.load_record("x", {"n": 2}, folder=tmp_path) is None  # other parameters
+    stale = json.loads((tmp_path / "x.json").read_text(encoding="utf-8"))
+    stale["fingerprint"] = "0" * 16  # made for other code
+    (tmp_path / "x.json").write_text(json.dumps(stale), encoding="utf-8")
+    assert evidence.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)["result"] == [2]
