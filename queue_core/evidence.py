@@ -50,7 +50,7 @@ from . import faults
 from ._child import CRASH_EXIT_CODE, HOWS, child_command
 from .clock import ModelClock
 from .handler import Handler
-from .store import BUSY_TIMEOUT_MS, LEASE_EXPIRED, MAX_ATTEMPTS, Lease, Store
+from .store import BUSY_TIMEOUT_MS, LEASE_EXPIRED, MAX_ATTEMPTS, Lease, Message, Store
 from .worker import work
 
 Payload = Mapping[str, Any]
@@ -59,32 +59,18 @@ Payload = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
-class Row:
-    """One stored message, as the invariant checker reads it."""
-
-    event_id: str
-    payload: str
-    state: str
-    attempts: int
-    generation: int
-    available_at: int
-    lease_until: int | None
-    last_error: str | None
-
-
-@dataclass(frozen=True)
 class FileState:
     """Everything the checker reads from a queue file, in one read transaction."""
 
     integrity: tuple[str, ...]
     foreign_key_errors: int
-    messages: tuple[Row, ...]
+    messages: tuple[Message, ...]
     effects: tuple[tuple[str, str, int], ...]
 
-    def message(self, event_id: str) -> Row | None:
+    def message(self, event_id: str) -> Message | None:
         return next((m for m in self.messages if m.event_id == event_id), None)
 
-    def rows(self) -> tuple[tuple[Row, ...], tuple[tuple[str, str, int], ...]]:
+    def rows(self) -> tuple[tuple[Message, ...], tuple[tuple[str, str, int], ...]]:
         """Messages and effects: what "the same state" means for the crash matrix."""
         return self.messages, self.effects
 
@@ -100,7 +86,7 @@ def read_file(db: str | Path) -> FileState:
         conn.execute("BEGIN")  # one consistent snapshot for all the reads below
         integrity = tuple(row[0] for row in conn.execute("PRAGMA integrity_check"))
         foreign = len(conn.execute("PRAGMA foreign_key_check").fetchall())
-        messages = tuple(Row(*row) for row in conn.execute(
+        messages = tuple(Message(*row) for row in conn.execute(
             "SELECT event_id, payload, state, attempts, generation, available_at, lease_until, last_error"
             " FROM messages ORDER BY event_id"))
         effects = tuple(conn.execute(
