@@ -9,7 +9,7 @@ user reaches it by accident, and nothing else arms a fault point.
 
     python -m queue_core._child enqueue  DB BATCH_FILE            --now T --point enqueue.after_insert
     python -m queue_core._child claim    DB [--lease-seconds S]   --now T --point claim.after_update
-    python -m queue_core._child complete DB ID GEN ATTEMPT UNTIL [--category NAME]... --now T --point ...
+    python -m queue_core._child complete DB ID GEN ATTEMPT UNTIL [--category NAME]... [--receipts] --now T ...
     python -m queue_core._child fail     DB ID GEN ATTEMPT UNTIL --code CODE [--permanent] --now T --point ...
     python -m queue_core._child redrive  DB ID [ID...]            --now T --point redrive.after_update
 
@@ -17,7 +17,9 @@ user reaches it by accident, and nothing else arms a fault point.
 every fault point it reached, in order: the crash matrix learns from it where
 a child can die. ``--hit N`` dies at the N-th time the point is reached (an
 enqueue reaches ``enqueue.after_insert`` once per new event); ``--how
-sigkill`` sends SIGKILL to itself instead of calling ``os._exit``.
+sigkill`` sends SIGKILL to itself instead of calling ``os._exit``. ``complete
+--receipts`` completes under a ``receipts.ReceiptHandler`` (the operation is
+named by the payload's ``tenant`` and ``operation``: ``receipts.key_from_payload``).
 
 Exit status: ``CRASH_EXIT_CODE`` when it died at the point by ``os._exit``
 (the parent sees ``-SIGKILL`` for SIGKILL), ``NOT_REACHED_EXIT_CODE`` if the
@@ -39,6 +41,7 @@ from . import faults
 from .clock import ModelClock
 from .errors import QueueError
 from .handler import Handler
+from .receipts import ReceiptHandler
 from .store import DEFAULT_LEASE_SECONDS, Lease, Store
 
 CRASH_EXIT_CODE = 86
@@ -63,14 +66,18 @@ def child_command(
     permanent: bool = False,
     event_ids: Iterable[str] = (),
     categories: Iterable[str] = (),
+    receipts: bool = False,
 ) -> list[str]:
     """The command line of a child that runs ``operation`` and dies at ``point``.
 
     With ``trace=True`` instead of a point, the child runs the operation to its
     end and prints the fault points it reached, one per line, in order.
+    With ``receipts=True``, ``complete`` runs under a ``ReceiptHandler``.
     """
     if operation not in OPERATIONS:
         raise ValueError(f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}")
+    if receipts and operation != "complete":
+        raise ValueError("receipts=True applies only to complete")
     command = [sys.executable, "-m", "queue_core._child", operation, str(db)]
     if operation == "enqueue":
         if batch is None:
@@ -85,6 +92,8 @@ def child_command(
         if operation == "complete":
             for name in categories:
                 command += ["--category", name]
+            if receipts:
+                command.append("--receipts")
         else:
             if not code:
                 raise ValueError("fail needs code=...")
@@ -166,6 +175,8 @@ def _parser() -> argparse.ArgumentParser:
         op.add_argument("lease_until", type=int)
         if name == "complete":
             op.add_argument("--category", action="append", default=[], help="also accept this category")
+            op.add_argument("--receipts", action="store_true",
+                            help="complete under a ReceiptHandler (tenant and operation from the payload)")
         else:
             op.add_argument("--code", required=True)
             op.add_argument("--permanent", action="store_true")
@@ -198,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.operation in ("complete", "fail"):
             lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
             if args.operation == "complete":
-                store.complete(lease, Handler.with_categories(args.category))
+                handler = Handler.with_categories(args.category)
+                store.complete(lease, ReceiptHandler(handler) if args.receipts else handler)
             else:
                 store.fail(lease, args.code, permanent=args.permanent)
         else:

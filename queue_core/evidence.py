@@ -50,6 +50,7 @@ from . import faults
 from ._child import CRASH_EXIT_CODE, HOWS, child_command
 from .clock import ModelClock
 from .handler import Handler
+from .receipts import ReceiptHandler
 from .store import BUSY_TIMEOUT_MS, LEASE_EXPIRED, MAX_ATTEMPTS, Lease, Message, Store
 from .worker import work
 
@@ -66,13 +67,34 @@ class FileState:
     foreign_key_errors: int
     messages: tuple[Message, ...]
     effects: tuple[tuple[str, str, int], ...]
+    receipts: tuple[tuple[str, str, str, str], ...] = ()  # tenant, operation, payload, effect
 
     def message(self, event_id: str) -> Message | None:
         return next((m for m in self.messages if m.event_id == event_id), None)
 
-    def rows(self) -> tuple[tuple[Message, ...], tuple[tuple[str, str, int], ...]]:
-        """Messages and effects: what "the same state" means for the crash matrix."""
-        return self.messages, self.effects
+    def rows(self) -> tuple[tuple[Message, ...], tuple[tuple[str, str, int], ...], tuple[tuple[str, ...], ...]]:
+        """Messages, effects and receipts: what "the same state" means for the crash matrix."""
+        return self.messages, self.effects, self.receipts
+
+    def receipt_proof(self, m: Message) -> tuple[str, str, str, str] | None:
+        """The receipt of ``m``'s operation, if it proves an ACK without an effect of ``m``'s own.
+
+        The operation is named by the payload's ``tenant`` and ``operation`` fields
+        (what ``receipts.key_from_payload`` reads). The proof holds if that
+        receipt exists, was recorded for the same payload, and names an
+        existing effect.
+        """
+        receipt = self.receipt_of(m)
+        if receipt is None or receipt[3] not in {e for e, _, _ in self.effects}:
+            return None
+        if _canonical(json.loads(receipt[2])) != _canonical(json.loads(m.payload)):
+            return None
+        return receipt
+
+    def receipt_of(self, m: Message) -> tuple[str, str, str, str] | None:
+        """The receipt stored under the operation ``m``'s payload names, if any."""
+        key = _operation_key(m)
+        return next((r for r in self.receipts if (r[0], r[1]) == key), None) if key else None
 
 
 def read_file(db: str | Path) -> FileState:
@@ -91,10 +113,28 @@ def read_file(db: str | Path) -> FileState:
             " FROM messages ORDER BY event_id"))
         effects = tuple(conn.execute(
             "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id").fetchall())
+        # The receipts table is created by the first completion under receipts: it may not exist.
+        has_receipts = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'receipts'").fetchone()
+        receipts = tuple(conn.execute(
+            "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation").fetchall()
+        ) if has_receipts else ()
         conn.execute("ROLLBACK")
     finally:
         conn.close()
-    return FileState(integrity, foreign, messages, effects)
+    return FileState(integrity, foreign, messages, effects, receipts)
+
+
+def _operation_key(m: Message) -> tuple[str, str] | None:
+    """The (tenant, operation) a message's payload names, or None (the checker's own reading)."""
+    try:
+        payload = json.loads(m.payload)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    tenant, operation = payload.get("tenant"), payload.get("operation")
+    return (tenant, operation) if isinstance(tenant, str) and isinstance(operation, str) else None
 
 
 def check_invariants(
@@ -108,11 +148,23 @@ def check_invariants(
     """Return every violated invariant of the queue file ``db`` (an empty list: all hold).
 
     Always checked: ``PRAGMA integrity_check`` is ok and no foreign key dangles;
-    each done message has exactly one effect; no effect lacks its done message;
+    each done message has exactly one effect, or none of its own and the proof
+    of a receipt (see below); no effect lacks its done message;
     each effect is what its stored payload says (category, amount); a dead
     message has a recorded reason; ``generation >= attempts`` (every claim raises
     both, a redrive resets only attempts); ``attempts <= max_attempts``; a
     message dead of ``lease_expired`` spent the whole budget.
+
+    Receipts (``receipts.ReceiptHandler``; the table may not exist): every
+    receipt names an existing effect; no effect has more than one receipt; a
+    done message without an effect of its own was ACKed on the proof of the
+    receipt of its operation (the payload's ``tenant`` and ``operation``),
+    recorded for the same payload, whose effect exists; a message whose
+    operation has a receipt naming another event's effect has no effect of its
+    own (the operation would count twice). These rules read the receipts of a
+    queue completed under a ``ReceiptHandler``, whose receipts name event ids of
+    ``effects``; a receipt written with ``receipts.record`` for an effect kept
+    elsewhere (another table) would be reported as naming no effect.
 
     :param events: every event the producers sent (event id -> payload): none
         may be missing (lost before it was stored), none may be stored with
@@ -137,9 +189,18 @@ def check_invariants(
     effects_per_event = Counter(event_id for event_id, _, _ in state.effects)
     for m in state.messages:
         count = effects_per_event.get(m.event_id, 0)
-        if m.state == "done" and count != 1:
-            violations.append(f"{m.event_id} is done with {count} effects (lost)" if count == 0
-                              else f"{m.event_id} is done with {count} effects (doubled)")
+        if m.state == "done" and count > 1:
+            violations.append(f"{m.event_id} is done with {count} effects (doubled)")
+        elif m.state == "done" and count == 0 and state.receipt_proof(m) is None:
+            receipt = state.receipt_of(m)
+            why = ("and no receipt of its operation" if receipt is None
+                   else f"and the receipt of {receipt[0]}/{receipt[1]} is no proof (effect {receipt[3]} "
+                        f"{'missing' if effects_per_event.get(receipt[3], 0) == 0 else 'of another payload'})")
+            violations.append(f"{m.event_id} is done with 0 effects {why} (lost)")
+        receipt = state.receipt_of(m) if count else None
+        if receipt is not None and receipt[3] != m.event_id:
+            violations.append(f"{m.event_id} has an effect of its own, but the receipt of its operation "
+                              f"{receipt[0]}/{receipt[1]} names {receipt[3]} (the operation is doubled)")
         if m.state == "dead" and not m.last_error:
             violations.append(f"{m.event_id} is dead without a recorded reason")
         if m.generation < m.attempts:
@@ -159,6 +220,13 @@ def check_invariants(
         payload = json.loads(m.payload)
         if (payload.get("category"), payload.get("amount_cents")) != (category, amount):
             violations.append(f"effect of {event_id} is {category} {amount}, its payload says otherwise")
+    receipts_per_effect = Counter(effect for _, _, _, effect in state.receipts)
+    for tenant, operation, _, effect in state.receipts:
+        if effect not in effects_per_event:
+            violations.append(f"receipt {tenant}/{operation} names {effect}, which has no effect")
+    for effect, count in sorted(receipts_per_effect.items()):
+        if count > 1:
+            violations.append(f"effect of {effect} has {count} receipts")
     if events is not None:
         for event_id, payload in events.items():
             m = messages.get(event_id)
@@ -181,28 +249,37 @@ def _canonical(value: Any) -> str:
 
 
 def _losses_and_doubles(state: FileState, sent: Mapping[str, Payload], valid: set[str]) -> tuple[int, int]:
-    """Losses: a sent event not stored, a valid event not done, a done message without its effect.
-    Doubles: more than one effect for an event, an effect without a done message."""
+    """Losses: a sent event not stored, a valid event not done, a done message without its effect
+    (and without the proof of a receipt).
+    Doubles: more than one effect for an event, an effect without a done message, an effect of an
+    operation whose receipt names another event's effect."""
     messages = {m.event_id: m for m in state.messages}
     effects = Counter(e for e, _, _ in state.effects)
     lost = sum(1 for e in sent if e not in messages)
     lost += sum(1 for e in valid if e in messages and messages[e].state != "done")
-    lost += sum(1 for m in state.messages if m.state == "done" and effects[m.event_id] == 0)
+    lost += sum(1 for m in state.messages
+                if m.state == "done" and effects[m.event_id] == 0 and state.receipt_proof(m) is None)
     doubled = sum(n - 1 for n in effects.values() if n > 1)
     doubled += sum(1 for e in effects if e not in messages or messages[e].state != "done")
+    doubled += sum(1 for m in state.messages if effects[m.event_id]
+                   and (r := state.receipt_of(m)) is not None and r[3] != m.event_id)
     return lost, doubled
 
 
 def finish_queue(db: str | Path, now: int, *, categories: Sequence[str] = (), lease_seconds: int = 2,
-                 max_passes: int = 1_000) -> int:
+                 receipts: bool = False, max_passes: int = 1_000) -> int:
     """A fresh worker finishes the queue: work, let model time pass, until nothing is ready or leased.
 
     Time jumps to the next moment something becomes claimable (a backoff ends,
     a lease runs out). Returns the model time at which the queue was finished.
+    With ``receipts``, the worker completes under a ``ReceiptHandler`` (the
+    operation named by the payload's ``tenant`` and ``operation``).
     """
     clock = ModelClock(now)
     store = Store(db, clock=clock, create=False)
-    handler = Handler.with_categories(categories)
+    handler: Handler | ReceiptHandler = Handler.with_categories(categories)
+    if receipts:
+        handler = ReceiptHandler(handler)
     for _ in range(max_passes):
         work(store, handler, lease_seconds=lease_seconds)
         pending = [m for m in store.messages() if m.state in ("ready", "leased")]
@@ -262,6 +339,20 @@ class Scenario:
     categories: tuple[str, ...] = ()  # extra categories of the fresh worker's handler
     resend: str | None = None  # what the caller repeats when it heard no answer: "enqueue" or "redrive"
     spec: str = ""
+    # Completions under a ReceiptHandler (child and fresh worker): the receipts table each branch
+    # must end with, (tenant, operation) -> the event whose effect it names. None: a plain handler.
+    receipts: Mapping[str, Mapping[tuple[str, str], str]] | None = None
+
+    def effect_holders(self, branch: str) -> set[str]:
+        """The events that must end with an effect of their own: done, and not ACKed on another's receipt."""
+        receipts = (self.receipts or {}).get(branch, {})
+        holders = set()
+        for event_id, final in self.expect[branch].items():
+            payload = self.events[event_id]
+            key = (payload.get("tenant"), payload.get("operation"))
+            if final[0] == "done" and receipts.get(key, event_id) == event_id:  # type: ignore[arg-type]
+                holders.add(event_id)
+        return holders
 
 
 def _claims(store: Store, clock: ModelClock, times: Sequence[int]) -> Lease:
@@ -328,6 +419,32 @@ def _both(final: Mapping[str, Final]) -> dict[str, dict[str, Final]]:
     return {ROLLED_BACK: dict(final), COMMITTED: dict(final)}
 
 
+# The same operation (north's order-7 charge) arrives twice, under E0001 and E0002 (a producer that
+# resent it under a new event id, a broker's redelivery); south's order-7 is another operation (tenants
+# are namespaces); E0004 is a toy that this handler version refuses.
+ORDER_7 = {"tenant": "north", "operation": "order-7:charge", "category": BOOK, "amount_cents": 10000}
+RECEIPT_EVENTS: dict[str, Payload] = {
+    "E0001": ORDER_7,
+    "E0002": dict(ORDER_7),
+    "E0003": {"tenant": "south", "operation": "order-7:charge", "category": PEN, "amount_cents": 2000},
+    "E0004": {"tenant": "north", "operation": "order-8:charge", "category": TOY, "amount_cents": 3000},
+}
+NORTH_7, SOUTH_7 = ("north", "order-7:charge"), ("south", "order-7:charge")
+
+
+def _setup_receipt_first(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+    store.enqueue(batch_text(RECEIPT_EVENTS))
+    return {"now": START, "lease": store.claim(LEASE)}  # E0001: effect + receipt + ACK
+
+
+def _setup_receipt_reused(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+    store.enqueue(batch_text(RECEIPT_EVENTS))
+    first = store.claim(LEASE)
+    assert first is not None and first.event_id == "E0001"
+    store.complete(first, ReceiptHandler(Handler()))
+    return {"now": START, "lease": store.claim(LEASE)}  # E0002: ACKed on E0001's receipt
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "enqueue", "enqueue a batch", "enqueue", DEMO_EVENTS,
@@ -389,6 +506,27 @@ SCENARIOS: tuple[Scenario, ...] = (
         spec="E0004 (a toy, now supported by the fresh worker) and E0005 (amount 0, still invalid) are "
              "redriven together: attempts reset, generation kept, all or none; the operator redrives what is "
              "still dead. Redriving without fixing the cause sends E0005 back to dead."),
+    Scenario(
+        "complete-receipt-first", "complete under a receipt, first time", "complete", RECEIPT_EVENTS,
+        _setup_receipt_first,
+        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)}, COMMITTED: _DEMO_FINAL},
+        ("E0001", "E0002"),
+        receipts={ROLLED_BACK: {NORTH_7: "E0002", SOUTH_7: "E0003"},
+                  COMMITTED: {NORTH_7: "E0001", SOUTH_7: "E0003"}},
+        spec="E0001 and E0002 carry the same operation (north, order-7:charge); the worker completes E0001 "
+             "under a ReceiptHandler: effect, receipt and ACK commit together or not at all. Rolled back, "
+             "the fresh worker reaches E0002 first (E0001 is still leased): E0002 gets the effect and the "
+             "receipt, and generation 2 of E0001 is ACKed on that receipt. The money counts the operation once."),
+    Scenario(
+        "complete-receipt-reused", "complete on an existing receipt", "complete", RECEIPT_EVENTS,
+        _setup_receipt_reused,
+        {ROLLED_BACK: {**_DEMO_FINAL, "E0002": ("done", 2, 2, None)}, COMMITTED: _DEMO_FINAL},
+        ("E0001", "E0002"),
+        receipts={ROLLED_BACK: {NORTH_7: "E0001", SOUTH_7: "E0003"},
+                  COMMITTED: {NORTH_7: "E0001", SOUTH_7: "E0003"}},
+        spec="E0001 is done with its effect and the receipt of (north, order-7:charge); the worker "
+             "completes E0002, the same operation under another event id: it is ACKed on the proof of "
+             "the receipt, without a second effect. Rolled back, generation 2 of E0002 does the same."),
 )
 
 
@@ -424,9 +562,14 @@ class CrashRow:
 
 def _describe(state: FileState, ids: Sequence[str]) -> str:
     parts = []
+    effects = {e for e, _, _ in state.effects}
     for event_id in ids:
         m = state.message(event_id)
-        parts.append(f"{event_id} absent" if m is None else f"{event_id} {m.state} {m.attempts}/{m.generation}")
+        text = f"{event_id} absent" if m is None else f"{event_id} {m.state} {m.attempts}/{m.generation}"
+        if m is not None and m.state == "done" and event_id not in effects:
+            proof = state.receipt_proof(m)
+            text += f" on {proof[3]}'s receipt" if proof else " without effect"
+        parts.append(text)
     return ", ".join(parts)
 
 
@@ -445,6 +588,8 @@ def _prepare(scenario: Scenario, folder: Path) -> _Prepared:
     template = folder / "template.sqlite3"
     clock = ModelClock(START)
     options = scenario.setup(Store(template, clock=clock), clock, folder)
+    if scenario.receipts is not None:
+        options["receipts"] = True  # the child completes under a ReceiptHandler
     before = read_file(template).rows()
     # The reference run: the same operation in a child that does not die. It
     # gives the state a committed operation leaves, and the fault points it
@@ -502,18 +647,27 @@ def _run_case(prepared: _Prepared, point: str, hit: int, repeats: int, how: str,
         if still_dead:
             store.redrive(still_dead)
         resent = f"redriven again: {', '.join(still_dead) or 'none'}"
-    finish_queue(db, now, categories=scenario.categories, lease_seconds=LEASE)
+    finish_queue(db, now, categories=scenario.categories, lease_seconds=LEASE,
+                 receipts=scenario.receipts is not None)
 
     final = read_file(db)
     branch = COMMITTED if outcome == COMMITTED else ROLLED_BACK
     expected = scenario.expect[branch]
-    expected_total = sum(int(scenario.events[e]["amount_cents"]) for e, f in expected.items() if f[0] == "done")
+    holders = scenario.effect_holders(branch)  # an operation ACKed twice counts once
+    expected_total = sum(int(scenario.events[e]["amount_cents"]) for e in holders)
     violations += check_invariants(final, events=scenario.events, expected_total=expected_total)
     for event_id, want in expected.items():
         m = final.message(event_id)
         got = None if m is None else (m.state, m.attempts, m.generation, m.last_error)
         if got != want:
             violations.append(f"{event_id} ended as {got}, the specification says {want}")
+    if {e for e, _, _ in final.effects} != holders:
+        violations.append(f"effects of {sorted(e for e, _, _ in final.effects)}, "
+                          f"the specification says {sorted(holders)}")
+    if scenario.receipts is not None:
+        got_receipts = {(t, o): effect for t, o, _, effect in final.receipts}
+        if got_receipts != dict(scenario.receipts[branch]):
+            violations.append(f"receipts {got_receipts}, the specification says {dict(scenario.receipts[branch])}")
     should_be_done = {e for e, f in expected.items() if f[0] == "done"}
     lost, doubled = _losses_and_doubles(final, scenario.events, should_be_done)
     return CrashRow(

@@ -1,7 +1,8 @@
 """The crash matrix: every write operation, dying at every fault point, two ways.
 
 ``queue_core.evidence.crash_matrix`` runs each operation (enqueue, claim, complete,
-fail temporary and permanent, redrive) in a real child process that dies at
+also under idempotency receipts, fail temporary and permanent, redrive) in a real
+child process that dies at
 each fault point the operation reaches, once by ``os._exit`` and once by
 SIGKILL; a fresh worker then finishes the queue and every invariant is
 checked. The run leaves a record in ``test-artifacts/evidence/`` that the page
@@ -92,6 +93,22 @@ def test_the_matrix_takes_each_branch_of_the_specification(matrix: list[evidence
     assert finals[("redrive", COMMITTED)] == "E0004 done 1/2, E0005 dead 1/2"
     resent = {row.resent for row in matrix if row.scenario == "enqueue"}
     assert resent == {"resent: 2 accepted, 3 duplicates", "resent: 0 accepted, 5 duplicates"}
+    # Receipts: the same operation under E0001 and E0002 makes one effect, whoever gets there first.
+    assert finals[("complete-receipt-first", COMMITTED)] == "E0001 done 1/1, E0002 done 1/1 on E0001's receipt"
+    assert finals[("complete-receipt-first", ROLLED_BACK)] == "E0001 done 2/2 on E0002's receipt, E0002 done 1/1"
+    assert finals[("complete-receipt-reused", COMMITTED)] == "E0001 done 1/1, E0002 done 1/1 on E0001's receipt"
+    assert finals[("complete-receipt-reused", ROLLED_BACK)] == "E0001 done 1/1, E0002 done 2/2 on E0001's receipt"
+
+
+def test_receipt_completions_die_at_every_point_of_complete_they_reach(matrix: list[evidence.CrashRow]) -> None:
+    complete_points = {p for p in faults.POINTS if p.startswith("complete.")}
+    first = {row.point for row in matrix if row.scenario == "complete-receipt-first"}
+    reused = {row.point for row in matrix if row.scenario == "complete-receipt-reused"}
+    assert first == complete_points  # the effect and the receipt are written
+    assert reused == complete_points - {"complete.after_insert"}  # no effect is written: the receipt proves it
+    for row in matrix:
+        if row.scenario.startswith("complete-receipt"):
+            assert row.total_cents == row.expected_total == 12000  # the operation counts once
 
 
 # ------------------------------------------------------ the harness cannot pass by accident
@@ -104,6 +121,21 @@ def test_a_point_the_operation_never_reaches_is_a_failure_not_a_pass(tmp_path: P
     row = evidence._run_case(prepared, "complete.after_insert", 1, 1, "exit", tmp_path / "case")
     assert row.exit_status == NOT_REACHED_EXIT_CODE
     assert any("exited with 3" in v for v in row.violations)
+
+
+def test_the_child_completes_under_receipts_only_when_asked(tmp_path: Path) -> None:
+    db = tmp_path / "q.sqlite3"
+    store = Store(db, clock=ModelClock(1000))
+    store.enqueue(evidence.batch_text(evidence.RECEIPT_EVENTS))
+    lease = store.claim(2)
+    assert lease is not None
+    assert "--receipts" not in child_command(db, "complete", lease=lease, now=1000, trace=True)
+    under = child_command(db, "complete", lease=lease, now=1000, trace=True, receipts=True)
+    assert "--receipts" in under
+    with pytest.raises(ValueError, match="only to complete"):
+        child_command(db, "claim", now=1000, trace=True, receipts=True)
+    assert subprocess.run(under, capture_output=True, check=False).returncode == 0
+    assert [(r[0], r[1], r[3]) for r in evidence.read_file(db).receipts] == [("north", "order-7:charge", "E0001")]
 
 
 def test_the_child_refuses_a_point_of_another_operation(tmp_path: Path) -> None:
@@ -153,6 +185,73 @@ def test_the_checker_finds_each_kind_of_violation(tmp_path: Path, case: str) -> 
     broken = naive_file(tmp_path / "broken", sql)
     found = check_invariants(broken, events=evidence.DEMO_EVENTS)
     assert any(expected in v for v in found), found
+
+
+def receipt_file(tmp_path: Path, sql: str) -> Path:
+    """A queue finished under receipts (E0002 ACKed on E0001's receipt), then broken by raw SQL."""
+    tmp_path.mkdir(exist_ok=True)
+    db = tmp_path / "q.sqlite3"
+    Store(db, clock=ModelClock(1000)).enqueue(evidence.batch_text(evidence.RECEIPT_EVENTS))
+    evidence.finish_queue(db, 1000, receipts=True)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    conn.executescript(sql)
+    conn.close()
+    return db
+
+
+NORTH_7 = "north/order-7:charge"
+BROKEN_RECEIPTS = {
+    "a receipt names no effect": (
+        "UPDATE receipts SET effect = 'E0009' WHERE tenant = 'south'",
+        "receipt south/order-7:charge names E0009, which has no effect", (0, 1)),
+    "an effect with two receipts": (
+        "INSERT INTO receipts VALUES ('north', 'order-9:charge', '{}', 'E0003')",
+        "effect of E0003 has 2 receipts", (0, 0)),
+    "done without effect or receipt": (
+        "DELETE FROM receipts WHERE tenant = 'north'",
+        "E0002 is done with 0 effects and no receipt of its operation (lost)", (1, 0)),
+    "a receipt of another operation is no proof": (
+        "UPDATE receipts SET operation = 'order-9:charge' WHERE tenant = 'north'",
+        "E0002 is done with 0 effects and no receipt of its operation (lost)", (1, 0)),
+    "a receipt whose effect is gone is no proof": (
+        "DELETE FROM effects WHERE event_id = 'E0001'",
+        f"E0002 is done with 0 effects and the receipt of {NORTH_7} is no proof (effect E0001 missing)", (2, 0)),
+    "a receipt of another payload is no proof": (
+        "UPDATE receipts SET payload = json_set(payload, '$.amount_cents', 1) WHERE tenant = 'north'",
+        f"E0002 is done with 0 effects and the receipt of {NORTH_7} is no proof (effect E0001 of another payload)",
+        (1, 0)),
+    "the operation doubled under another event id": (
+        "INSERT INTO effects VALUES ('E0002', 'book', 10000)",
+        f"E0002 has an effect of its own, but the receipt of its operation {NORTH_7} names E0001", (0, 1)),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_RECEIPTS, ids=list(BROKEN_RECEIPTS))
+def test_the_checker_finds_each_kind_of_receipt_violation(tmp_path: Path, case: str) -> None:
+    sql, expected, lost_doubled = BROKEN_RECEIPTS[case]
+    healthy = receipt_file(tmp_path / "healthy", "")
+    assert check_invariants(healthy, events=evidence.RECEIPT_EVENTS, expected_total=12000) == []
+    state = evidence.read_file(healthy)
+    assert [(r[0], r[1], r[3]) for r in state.receipts] == [
+        ("north", "order-7:charge", "E0001"), ("south", "order-7:charge", "E0003")]
+    assert [e for e, _, _ in state.effects] == ["E0001", "E0003"]  # E0002 is done on E0001's receipt
+    valid = {"E0001", "E0002", "E0003"}
+    assert evidence._losses_and_doubles(state, evidence.RECEIPT_EVENTS, valid) == (0, 0)
+    broken = receipt_file(tmp_path / "broken", sql)
+    found = check_invariants(broken, events=evidence.RECEIPT_EVENTS)
+    assert any(expected in v for v in found), found
+    assert evidence._losses_and_doubles(evidence.read_file(broken), evidence.RECEIPT_EVENTS, valid) == lost_doubled
+
+
+def test_without_receipts_a_done_message_needs_its_own_effect(tmp_path: Path) -> None:
+    # The same file finished by a plain handler: both E0001 and E0002 have an effect and no receipt
+    # exists; the receipt rules stay silent and the money counts the operation twice, as it was done.
+    db = tmp_path / "q.sqlite3"
+    Store(db, clock=ModelClock(1000)).enqueue(evidence.batch_text(evidence.RECEIPT_EVENTS))
+    evidence.finish_queue(db, 1000)
+    assert evidence.read_file(db).receipts == ()
+    assert check_invariants(db, events=evidence.RECEIPT_EVENTS, expected_total=22000) == []
 
 
 def test_the_checker_finds_doubled_money_and_a_damaged_file(tmp_path: Path) -> None:
