@@ -504,16 +504,16 @@ class Store:
             return lease.event_id
 
         if isinstance(handler, receipts.ReceiptHandler):
-            refused = self._under_receipt(tx, message, handler, insert_effect)
+            refused = self._under_receipt(tx, lease, message, handler, insert_effect)
             if refused is not None:
                 return refused
         else:
             try:
                 effect = handler(message.payload_object)
             except PermanentFailure as failure:
-                return self._fail_checked(tx, message, failure.code, permanent=True)
+                return self._refuse(tx, lease, failure.code, permanent=True)
             except TemporaryFailure as failure:
-                return self._fail_checked(tx, message, failure.code, permanent=False)
+                return self._refuse(tx, lease, failure.code, permanent=False)
             insert_effect(effect)
         self._fenced(tx, lease)  # the work may have taken long: check again
         tx.point("after_recheck")
@@ -527,6 +527,7 @@ class Store:
     def _under_receipt(
         self,
         tx: Tx,
+        lease: Lease,
         message: Message,
         handler: receipts.ReceiptHandler,
         insert_effect: Callable[[Effect], str],
@@ -546,15 +547,15 @@ class Store:
             recorded = receipts.record(tx, tenant, operation, payload,
                                        lambda: insert_effect(handler.handler(payload)))
         except PermanentFailure as failure:
-            return self._fail_checked(tx, message, failure.code, permanent=True)
+            return self._refuse(tx, lease, failure.code, permanent=True)
         except TemporaryFailure as failure:
-            return self._fail_checked(tx, message, failure.code, permanent=False)
+            return self._refuse(tx, lease, failure.code, permanent=False)
         except ReceiptError as refusal:  # operation_conflict, or an unusable key
-            return self._fail_checked(tx, message, refusal.code, permanent=True)
+            return self._refuse(tx, lease, refusal.code, permanent=True)
         if recorded.reused:
             row = tx.execute("SELECT 1 FROM effects WHERE event_id = ?", (recorded.effect,)).fetchone()
             if row is None:
-                return self._fail_checked(tx, message, RECEIPT_WITHOUT_EFFECT, permanent=True)
+                return self._refuse(tx, lease, RECEIPT_WITHOUT_EFFECT, permanent=True)
         return None
 
     # ------------------------------------------------------------------ fail
@@ -574,6 +575,14 @@ class Store:
         message = self._fenced(tx, lease)
         tx.point("after_read")
         return self._fail_checked(tx, message, code, permanent=permanent)
+
+    def _refuse(self, tx: Tx, lease: Lease, code: str, *, permanent: bool) -> Completion:
+        """A handler refused the payload: record it only if the lease is still current.
+
+        The handler may have taken long, so the lease is checked again, as on
+        the success path; a refusal after the lease ended raises ``LeaseLost``.
+        """
+        return self._fail_checked(tx, self._fenced(tx, lease), code, permanent=permanent)
 
     def _fail_checked(self, tx: Tx, message: Message, code: str, *, permanent: bool) -> Completion:
         if permanent or message.attempts >= self.max_attempts:

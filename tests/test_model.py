@@ -14,9 +14,9 @@ The model is written from SPEC.md, not from the store's code. Where SPEC is
 silent the model follows what the store documents and says so:
 
 * redrive keeps ``last_error`` (SPEC: "keeps generation and the payload");
-* a handler failure recorded inside ``complete`` is not re-checked against the
-  clock after the handler ran (SPEC's re-check is written for the effect; the
-  write lock is held throughout, so nobody can have claimed the message).
+* a handler failure inside ``complete`` is re-checked against the clock after
+  the handler ran, like an effect: a refusal after the lease ended is itself
+  refused (``LeaseLost``) and nothing is recorded.
 
 ``--hypothesis-show-statistics`` shows how often each situation was reached
 (budget spent by silent deaths, lease lost during the work, a worker of the
@@ -203,11 +203,13 @@ class Model:
     def complete(self, lease: Lease, kind: str, slow: int) -> tuple[Outcome, str | None, int | None]:
         row = self.fenced(lease)
         self.now += slow  # the handler runs; the work may take long
+        # A refusal is recorded only if the lease is still current after the
+        # work (re-checked like a success); otherwise LeaseLost, nothing recorded.
         if kind == "temporary":
-            return self.failed(row, TEMPORARY_CODE, permanent=False)
+            return self.failed(self.fenced(lease), TEMPORARY_CODE, permanent=False)
         effect = business_effect(json.loads(row.payload), V2 if kind == "v2" else V1)
         if effect is None:
-            return self.failed(row, "invalid_payload", permanent=True)
+            return self.failed(self.fenced(lease), "invalid_payload", permanent=True)
         if not self.now < row.lease_until:
             event("complete: lease ran out during the work, effect rolled back")
         self.fenced(lease)  # re-check after the work: a lost lease rolls the effect back

@@ -514,3 +514,20 @@ def test_connections_are_configured_and_closed(store: Store, db: Path) -> None:
     # When the last connection closes, SQLite checkpoints and removes the WAL:
     # no file left behind means no connection was left open.
     assert not db.with_name(db.name + "-wal").exists()
+
+
+@pytest.mark.parametrize("failure", [PermanentFailure("invalid_payload"), TemporaryFailure("timeout")])
+def test_a_refusal_after_the_lease_ended_is_itself_refused(
+    store: Store, clock: ModelClock, failure: Exception
+) -> None:
+    store.enqueue(line("E0001"))
+    lease = store.claim(lease_seconds=2)
+
+    def slow_refusal(payload: Mapping[str, Any]) -> Effect:
+        clock.set(1002)  # the handler took until the lease ended, then refused
+        raise failure
+
+    with pytest.raises(LeaseLost, match="ended at 1002"):
+        store.complete(lease, slow_refusal)
+    row = store.message("E0001")
+    assert (row.state, row.last_error, row.generation) == ("leased", None, 1)  # nothing recorded
