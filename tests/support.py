@@ -12,3 +12,14 @@ def line(event_id: str, category: str = "book", amount_cents: int = 100, **extra
 
 def batch(*lines: str) -> str:
     return "\n".join(lines) + "\n"
+
+
+# The reference demo's five lines, written out from SPEC on purpose (not taken
+# from queue_core.demo), so that tests do not inherit a mistake of the code.
+DEMO_LINES = (
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
+    '{"event_id": "E0001", "payload": {"amount_cents": 10000, "category": "book"}}\n'
+    '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}\n'
+    '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
+    '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
+)

@@ -18,13 +18,8 @@ from typing import Any
 
 import pytest
 
-DEMO_LINES = (
-    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
-    '{"event_id": "E0001", "payload": {"amount_cents": 10000, "category": "book"}}\n'
-    '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}\n'
-    '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
-    '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
-)
+from .support import DEMO_LINES
+
 GOOD_LINE = '{"event_id": "E0009", "payload": {"category": "pen", "amount_cents": 1}}\n'
 SUMMARY_KEYS = {"claimed", "done", "retried", "dead", "lease_lost"}
 STATES = ("ready", "leased", "done", "dead")

@@ -21,19 +21,12 @@ import pytest
 from queue_core import MAX_ATTEMPTS, Handler, ModelClock, Store, UnknownEvent, work
 from queue_core.demo import run_demo
 
+from .support import DEMO_LINES
+
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "snippets"
 PAGE = ROOT / "docs" / "exercises.md"
 
-# The reference demo's input, written out again here on purpose: the starting
-# state must not depend on the snippets' own helper.
-DEMO_LINES = (
-    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
-    '{"event_id": "E0001", "payload": {"amount_cents": 10000, "category": "book"}}\n'
-    '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}\n'
-    '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
-    '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
-)
 START = {"E0001": "done", "E0002": "done", "E0003": "done", "E0004": "dead"}
 
 
