@@ -32,20 +32,22 @@ import time
 from pathlib import Path
 
 from queue_core import Handler, ModelClock, Store
+from queue_core.envelope import MAX_LINES
 
 NOW = 1000
 
 
-def batch(events: int) -> str:
+def batch(first: int, last: int) -> str:
     return "".join(
         json.dumps({"event_id": f"E{n:04d}", "payload": {"category": "book", "amount_cents": 1}}) + "\n"
-        for n in range(events)
+        for n in range(first, last)
     )
 
 
 def fresh_store(folder: Path, name: str, events: int) -> Store:
     store = Store(folder / f"{name}.sqlite3", clock=ModelClock(NOW))
-    store.enqueue(batch(events))
+    for first in range(0, events, MAX_LINES):  # a batch holds at most MAX_LINES lines
+        store.enqueue(batch(first, min(first + MAX_LINES, events)))
     return store
 
 
