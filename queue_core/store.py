@@ -163,7 +163,7 @@ class Tx:
 
 
 # A business handler, or one wrapped in receipts.ReceiptHandler (see complete_tx).
-Handler = Callable[[Mapping[str, Any]], Effect]
+HandlerFunc = Callable[[Mapping[str, Any]], Effect]  # e.g. a handler.Handler instance
 
 
 class Store:
@@ -470,7 +470,7 @@ class Store:
 
     # -------------------------------------------------------------- complete
 
-    def complete(self, lease: Lease, handler: Handler) -> Completion:
+    def complete(self, lease: Lease, handler: HandlerFunc) -> Completion:
         """Effect + ACK in one transaction: the heart of the protocol.
 
         Checks the lease, reads the payload *from the database*, asks the
@@ -485,7 +485,7 @@ class Store:
         """
         return self._write("complete", lambda tx: self.complete_tx(tx, lease, handler))
 
-    def complete_tx(self, tx: Tx, lease: Lease, handler: Handler) -> Completion:
+    def complete_tx(self, tx: Tx, lease: Lease, handler: HandlerFunc) -> Completion:
         """``complete`` inside the caller's transaction (their writes join it).
 
         The ACK is reached only after a new effect row, or -- with a

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .errors import LeaseLost
-from .store import DEFAULT_LEASE_SECONDS, Handler, Outcome, Store
+from .store import DEFAULT_LEASE_SECONDS, HandlerFunc, Outcome, Store
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class WorkSummary:
 
 def work(
     store: Store,
-    handler: Handler,
+    handler: HandlerFunc,
     *,
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     max_messages: int | None = None,
