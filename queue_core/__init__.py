@@ -2,9 +2,14 @@
 
 Lease, fencing (generation), effect + ACK in one transaction, retry with
 backoff, dead letters and redrive, idempotency receipts; the standard library
-only.
+only. The protocol is ``Store``; your application's effect plugs in as a
+handler ``handler(tx, message)`` or as your own SQL before ``complete_tx``.
+``queue_core.ledger`` is the reference application (money by category);
+``queue_core.receipts`` adds idempotency receipts; ``queue_core.testing`` holds
+the proof machinery (fault probes, the crashing child, crash matrix, chaos).
 """
 
+from . import ledger, receipts
 from .clock import Clock, ModelClock, SystemClock
 from .envelope import Batch, Event, canonical_json, parse_batch
 from .errors import (
@@ -23,7 +28,7 @@ from .errors import (
     UnknownEvent,
     WrongPath,
 )
-from .handler import DEFAULT_CATEGORIES, Effect, Handler
+from .ledger import DEFAULT_CATEGORIES, Effect, Handler, Report, Totals
 from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
 from .store import (
     DEFAULT_LEASE_SECONDS,
@@ -33,6 +38,7 @@ from .store import (
     Lease,
     Message,
     Outcome,
+    Probe,
     Snapshot,
     Store,
     Tx,
@@ -40,13 +46,22 @@ from .store import (
 )
 from .worker import WorkSummary, work
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "Batch", "BatchRejected", "Clock", "Completion", "DEFAULT_CATEGORIES", "DEFAULT_LEASE_SECONDS",
-    "Effect", "EnqueueResult", "Event", "Handler", "HandlerFailure", "InputError", "InvalidReceipt", "Lease",
-    "LeaseLost", "MAX_ATTEMPTS", "Message", "ModelClock", "NotDead", "OperationConflict", "Outcome",
-    "PermanentFailure", "QueueError", "Receipt", "ReceiptError", "ReceiptHandler", "Recorded", "Snapshot",
-    "StorageError", "Store", "SystemClock", "TemporaryFailure", "Tx", "UnknownEvent", "WorkSummary",
-    "WrongPath", "backoff_seconds", "canonical_json", "key_from_payload", "parse_batch", "work",
+    # the protocol
+    "Store", "Tx", "Lease", "Message", "Outcome", "Completion", "EnqueueResult", "Snapshot", "Probe",
+    "DEFAULT_LEASE_SECONDS", "MAX_ATTEMPTS", "backoff_seconds", "work", "WorkSummary",
+    # time
+    "Clock", "ModelClock", "SystemClock",
+    # the envelope
+    "Batch", "Event", "canonical_json", "parse_batch",
+    # errors
+    "QueueError", "InputError", "BatchRejected", "NotDead", "UnknownEvent", "ReceiptError",
+    "OperationConflict", "InvalidReceipt", "LeaseLost", "StorageError", "WrongPath",
+    "HandlerFailure", "PermanentFailure", "TemporaryFailure",
+    # receipts
+    "receipts", "Receipt", "ReceiptHandler", "Recorded", "key_from_payload",
+    # the reference application
+    "ledger", "Handler", "Effect", "Totals", "Report", "DEFAULT_CATEGORIES",
 ]

@@ -13,17 +13,18 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from . import ledger
 from .clock import MAX_SECONDS, Clock, ModelClock, SystemClock
 from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
-from .handler import Handler
 from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
-from .store import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, STATES, Message, Snapshot, Store
+from .ledger import Handler, Report
+from .store import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, STATES, Message, Store
 from .worker import work
 
 PROG = "queue-core"
@@ -35,7 +36,7 @@ class UsageError(QueueError):
     exit_status = 2
 
 
-def _whole_number(low: int, high: int):
+def _whole_number(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: ASCII digits only, within [low, high]."""
     def parse(text: str) -> int:
         if not re.fullmatch(r"[0-9]+", text):
@@ -140,17 +141,20 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if args.command == "enqueue":
         batch = parse_batch(_read_batch(args.file))  # validated before the file is even opened
-        result = Store(db, clock=clock, create=True).enqueue(batch)
+        store = Store(db, clock=clock, create=True)
+        ledger.install(store)  # the CLI runs the reference application: its table lives beside the queue
+        result = store.enqueue(batch)
         _print_json(result.to_dict(), out)
         return 0
 
     store = Store(db, clock=clock, create=False)
     if args.command == "work":
+        ledger.install(store)
         handler = Handler.with_categories(args.category)
         summary = work(store, handler, lease_seconds=args.lease_seconds, max_messages=args.max_messages)
         _print_json(summary.to_dict(), out)
     elif args.command == "status":
-        snapshot = store.status()
+        snapshot = ledger.report(store)
         if args.json:
             _print_json(snapshot.to_dict(), out)
         else:
@@ -160,7 +164,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         if args.json:
             _print_json([
                 {"event_id": m.event_id, "attempts": m.attempts, "generation": m.generation,
-                 "last_error": m.last_error, "payload": m.payload_object}
+                 "last_error": m.last_error, "detail": m.last_detail, "payload": m.payload_object}
                 for m in letters
             ], out)
         else:
@@ -201,7 +205,7 @@ def _print_json(value: Any, out: TextIO) -> None:
     out.write(json.dumps(value, ensure_ascii=False) + "\n")
 
 
-def _status_table(snapshot: Snapshot) -> str:
+def _status_table(snapshot: Report) -> str:
     data = snapshot.to_dict()
     lines = ["state    messages"]
     lines += [f"{state:<8} {data['messages'][state]:>8}" for state in STATES]
@@ -218,8 +222,10 @@ def _dead_table(letters: list[Message]) -> str:
     if not letters:
         return "no dead letters\n"
     lines = ["event_id  attempts  generation  last_error              payload (as stored)"]
-    lines += [f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  {m.last_error or '':<22}  {m.payload}"
-              for m in letters]
+    for m in letters:
+        lines.append(f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  {m.last_error or '':<22}  {m.payload}")
+        if m.last_detail:
+            lines.append(f"{'':<9} why: {m.last_detail}")
     return "\n".join(lines) + "\n"
 
 

@@ -9,16 +9,16 @@ redrive that recovers ``toy`` after the handler learns it.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ._child import CRASH_EXIT_CODE, run_crashing_completion
+from . import ledger
 from .clock import ModelClock
 from .errors import TemporaryFailure
-from .handler import Effect, Handler
-from .store import Completion, Lease, Snapshot, Store
+from .ledger import Handler, Report
+from .store import Completion, Lease, Message, Store, Tx
+from .testing.child import CRASH_EXIT_CODE, run_crashing_completion
 from .worker import work
 
 DEMO_BATCH = (
@@ -45,13 +45,13 @@ class Step:
 @dataclass
 class DemoResult:
     steps: list[Step] = field(default_factory=list)
-    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    snapshots: dict[str, Report] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: self.snapshots[key].to_dict() for key in SNAPSHOT_KEYS}
 
 
-def _downstream_unavailable(payload: Mapping[str, Any]) -> Effect:
+def _downstream_unavailable(tx: Tx, message: Message) -> None:
     """The controlled temporary error of E0002's first attempt."""
     raise TemporaryFailure("downstream_unavailable", "the demo's pretend service did not answer")
 
@@ -68,13 +68,14 @@ def _run(db: Path) -> DemoResult:
     result = DemoResult()
     clock = ModelClock(START)
     store = Store(db, clock=clock)
+    ledger.install(store)
     handler = Handler()
 
     def say(text: str) -> None:
         result.steps.append(Step(clock.now(), text))
 
     def snap(key: str) -> None:
-        result.snapshots[key] = store.status()
+        result.snapshots[key] = ledger.report(store)
         result.steps[-1] = replace(result.steps[-1], snapshot=key)
 
     added = store.enqueue(DEMO_BATCH)
@@ -130,7 +131,7 @@ def _run(db: Path) -> DemoResult:
     return result
 
 
-def format_snapshot(snapshot: Snapshot) -> str:
+def format_snapshot(snapshot: Report) -> str:
     """One line: the counts by state and the money."""
     data = snapshot.to_dict()
     states = " ".join(f"{name}={count}" for name, count in data["messages"].items())

@@ -157,6 +157,8 @@ class App:
         self.path = path
         with closing(sqlite3.connect(path)) as conn:
             conn.executescript(_APP_SCHEMA)
+        with _transaction(path) as conn:
+            receipts.create_table(conn)  # not a queue database: the receipts table is created here
 
     def charge(self, *, with_receipt: bool) -> str:
         """Write the charge in one transaction, under a receipt or not; say what happened."""

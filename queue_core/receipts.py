@@ -17,14 +17,15 @@ it is written in the **same transaction** as that effect.
 * A failure anywhere in the caller's transaction rolls back receipt and effect
   together: there is never a receipt without its effect, or the reverse.
 
-Every function takes the caller's open transaction: a ``store.transaction()``
-``Tx``, or a plain ``sqlite3.Connection`` inside ``BEGIN``. The receipts table
-is created on first use, in the caller's transaction, in the caller's
-database. All SQL about receipts lives in this module.
+Every function takes the caller's open transaction: a store ``Tx``, or a plain
+``sqlite3.Connection`` inside ``BEGIN``. In a queue database the table is part
+of the versioned schema (``receipts.sql``); another database creates it once
+with ``create_table``. All SQL about receipts lives in this module.
 
-``ReceiptHandler`` composes receipts with the queue: ``Store.complete`` then
-writes effect, receipt and ACK in one transaction, and ACKs a repeated
-operation on the proof of its receipt instead of writing a second effect.
+``ReceiptHandler`` plugs receipts into the queue's completion hook: it wraps a
+handler, so that ``Store.complete`` writes effect, receipt and ACK in one
+transaction, and ACKs a repeated operation on the proof of its receipt instead
+of writing a second effect. The store knows nothing of it.
 """
 
 from __future__ import annotations
@@ -32,27 +33,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Final, Union
 
+from . import database
 from .envelope import MAX_PAYLOAD_BYTES, canonical_json
-from .errors import InvalidReceipt, OperationConflict, PermanentFailure
-from .handler import INVALID_PAYLOAD, Effect
-
-if TYPE_CHECKING:  # store imports this module; only the type is needed here
-    from .store import Tx
+from .errors import InvalidReceipt, OperationConflict, PermanentFailure, ReceiptError
+from .store import Handler, Message, Store, Tx
 
 MAX_KEY_CHARS = 200  # tenant and operation: 1..200 characters each
 
-# Creates the receipts table if this database has none yet (inside the caller's transaction).
-SQL_CREATE = """
-CREATE TABLE IF NOT EXISTS receipts (
-    tenant    TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 200),
-    operation TEXT NOT NULL CHECK (length(operation) BETWEEN 1 AND 200),
-    payload   TEXT NOT NULL CHECK (json_valid(payload)),
-    effect    TEXT NOT NULL CHECK (length(effect) > 0),
-    PRIMARY KEY (tenant, operation)
-) STRICT
-"""
+SCHEMA_FILE: Final = "receipts.sql"  # the table; part of a queue database's schema
 # Tells whether the receipts table exists (readers must not create it).
 SQL_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'receipts'"
 # Reads the receipt of one operation of one tenant.
@@ -62,8 +52,10 @@ SQL_INSERT = "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (
 # Lists every receipt, by tenant and operation.
 SQL_ALL = "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"
 
-Transaction = Union["Tx", sqlite3.Connection]
-ReceiptKey = Callable[[Mapping[str, Any]], "tuple[str, str]"]
+Transaction = Union[Tx, sqlite3.Connection]
+ReceiptKey = Callable[[Mapping[str, Any]], "tuple[Any, Any]"]
+EffectCheck = Callable[[Tx, str], bool]
+RECEIPT_WITHOUT_EFFECT: Final = "receipt_without_effect"  # a receipt whose effect is gone
 
 
 @dataclass(frozen=True)
@@ -90,9 +82,11 @@ class Recorded:
 
 # ---------------------------------------------------------------- writing
 
-def ensure_table(tx: Transaction) -> None:
-    """Create the receipts table in the caller's transaction if it does not exist."""
-    _open_transaction(tx).execute(SQL_CREATE)
+def create_table(tx: Transaction) -> None:
+    """Create the receipts table in a database that is not a queue's (a queue's has it)."""
+    conn = _open_transaction(tx)
+    for statement in database.sql_statements(SCHEMA_FILE):
+        conn.execute(statement)
 
 
 def record(
@@ -113,7 +107,6 @@ def record(
     conn = _open_transaction(tx)
     _check_key(tenant, operation)
     canonical = _canonical(payload)
-    conn.execute(SQL_CREATE)
     prior = _lookup(conn, tenant, operation)
     if prior is not None:
         if prior.payload != canonical:
@@ -147,47 +140,57 @@ def all_receipts(conn: Transaction) -> list[Receipt]:
     return [Receipt(*row) for row in connection.execute(SQL_ALL)]
 
 
-def stored(store: Any) -> list[Receipt]:
+def stored(store: Store) -> list[Receipt]:
     """Every receipt in a queue database, read in one consistent snapshot."""
-    return store._read(all_receipts)
+    return store.read(all_receipts)
 
 
 # ------------------------------------------------------- with the queue
 
-def key_from_payload(payload: Mapping[str, Any]) -> tuple[str, str]:
+def key_from_payload(payload: Mapping[str, Any]) -> tuple[Any, Any]:
     """The receipt key named by the payload's ``tenant`` and ``operation`` fields.
 
-    A payload without them cannot be recorded once: a permanent failure
-    (``invalid_payload``), so the message becomes a dead letter.
+    Only reads them; ``record`` validates the key (``invalid_receipt_key``).
     """
-    key = []
-    for name in ("tenant", "operation"):
-        value = payload.get(name)
-        if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
-            raise PermanentFailure(INVALID_PAYLOAD, f"{name} must be a string of 1..{MAX_KEY_CHARS} characters")
-        key.append(value)
-    return key[0], key[1]
+    return payload.get("tenant"), payload.get("operation")
 
 
 @dataclass(frozen=True)
 class ReceiptHandler:
-    """A business handler whose effects ``Store.complete`` records under receipts.
+    """A handler whose effects are recorded under receipts: wraps any ``store.Handler``.
 
-    Pass it to ``Store.complete``/``complete_tx`` or ``work`` in place of a
-    handler. For each message, ``key(payload)`` names the operation. The first
-    message of an operation gets effect + receipt + ACK in one transaction; a
-    later message with the same operation and payload is ACKed on the proof of
-    the receipt (and its effect row), without a second effect; one with another
-    payload becomes a dead letter with ``operation_conflict``.
+    Pass it to ``Store.complete`` or ``work`` in place of the handler. For
+    each message, ``key(payload)`` names the operation. The first message of
+    an operation gets effect + receipt + ACK in one transaction; a later
+    message with the same operation and payload is ACKed on the proof of the
+    receipt, without a second effect; one with another payload, or an unusable
+    key, becomes a dead letter (``operation_conflict``,
+    ``invalid_receipt_key``). The receipt names the effect by the event id of
+    the message that wrote it. With ``effect_exists``, a reused receipt whose
+    effect is gone (raw SQL deleted it) is refused as ``receipt_without_effect``
+    instead of ACKed.
     """
 
-    handler: Callable[[Mapping[str, Any]], Effect]
+    handler: Handler
     key: ReceiptKey = key_from_payload
+    effect_exists: EffectCheck | None = None
 
-    def __call__(self, payload: Mapping[str, Any]) -> Effect:
-        # Called directly, it would make an effect without a receipt: refuse.
-        raise TypeError("a ReceiptHandler is used by Store.complete, which records the receipt; "
-                        "call .handler for the bare business rule")
+    def __call__(self, tx: Tx, message: Message) -> None:
+        payload = message.payload_object
+        tenant, operation = self.key(payload)
+
+        def write_effect() -> str:
+            self.handler(tx, message)
+            return message.event_id
+
+        try:
+            recorded = record(tx, tenant, operation, payload, write_effect)
+        except ReceiptError as refusal:  # retrying cannot change the key or the stored receipt
+            raise PermanentFailure(refusal.code, refusal.message) from None
+        if recorded.reused and self.effect_exists is not None and not self.effect_exists(tx, recorded.effect):
+            raise PermanentFailure(RECEIPT_WITHOUT_EFFECT,
+                                   f"the receipt of {tenant}/{operation} names {recorded.effect}, "
+                                   "whose effect does not exist")
 
 
 # -------------------------------------------------------------- helpers

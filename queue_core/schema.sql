@@ -1,4 +1,5 @@
--- queue_core schema, version 1 (PRAGMA user_version = 1).
+-- queue_core schema, version 2 (PRAGMA user_version = 2); receipts.sql is
+-- part of it. Version 1 files are migrated forward when opened (database.py).
 -- STRICT tables: SQLite refuses a value of the wrong type instead of storing it.
 -- The CHECKs make impossible states unstorable, even for a client that
 -- bypasses the protocol with raw SQL.
@@ -15,6 +16,8 @@ CREATE TABLE messages (
     -- A lease deadline exists exactly while the message is leased.
     lease_until  INTEGER CHECK ((state = 'leased') = (lease_until IS NOT NULL)),
     last_error   TEXT    CHECK (last_error IS NULL OR length(last_error) > 0),
+    -- The human-readable reason beside last_error's code (added in version 2).
+    last_detail  TEXT    CHECK (last_detail IS NULL OR last_error IS NOT NULL),
     -- A dead message always says why.
     CHECK (state <> 'dead' OR last_error IS NOT NULL)
 ) STRICT;
@@ -24,9 +27,3 @@ CREATE TABLE messages (
 CREATE INDEX messages_claimable
     ON messages (available_at, event_id)
     WHERE state IN ('ready', 'leased');
-
-CREATE TABLE effects (
-    event_id     TEXT    PRIMARY KEY REFERENCES messages (event_id),
-    category     TEXT    NOT NULL CHECK (length(category) > 0),
-    amount_cents INTEGER NOT NULL CHECK (amount_cents > 0)
-) STRICT;

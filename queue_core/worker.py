@@ -3,6 +3,8 @@
 A finite worker, not a daemon: it stops when the queue has nothing available
 at the current time (a message waiting for its backoff is not available yet).
 Several workers may run at once on one file; the store waits out the lock.
+A handler that raises is recorded on its message by the store (``handler_error``
+or the refusal's own code) and the loop goes on with the next message.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .errors import LeaseLost
-from .store import DEFAULT_LEASE_SECONDS, HandlerFunc, Outcome, Store
+from .store import DEFAULT_LEASE_SECONDS, Handler, Outcome, Store
 
 
 @dataclass(frozen=True)
@@ -29,12 +31,18 @@ class WorkSummary:
 
 def work(
     store: Store,
-    handler: HandlerFunc,
+    handler: Handler,
     *,
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     max_messages: int | None = None,
 ) -> WorkSummary:
     """Process messages until none is available now (or ``max_messages`` were claimed)."""
+    if not isinstance(store, Store):
+        raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
+    if not callable(handler):
+        raise TypeError(f"handler must be callable as handler(tx, message), got {type(handler).__name__}")
+    if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)):
+        raise TypeError(f"max_messages must be an integer or None, got {type(max_messages).__name__}")
     if max_messages is not None and max_messages < 0:
         raise ValueError("max_messages must not be negative")
     counts = {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0}

@@ -1,17 +1,19 @@
 """A real child process that dies inside a protocol transaction.
 
-Used by the demo, the crash tests and the crash matrix (``queue_core.evidence``):
-``python -m queue_core._child OPERATION DB ...`` opens the database, arms one
-fault point, runs one write operation (enqueue, claim, complete, fail,
-redrive) and dies there with ``os._exit(CODE)`` (no ``finally``, no ROLLBACK,
-no COMMIT) or with SIGKILL. It is not part of the ``queue-core`` CLI, so no
-user reaches it by accident, and nothing else arms a fault point.
+Used by the demo, the crash tests, the crash matrix
+(``queue_core.testing.matrix``) and your own experiments:
+``python -m queue_core.testing.child OPERATION DB ...`` opens the database with
+a ``FaultPlan`` probe armed at one point, runs one write operation (enqueue,
+claim, complete, fail, redrive) and dies there with ``os._exit(CODE)`` (no
+``finally``, no ROLLBACK, no COMMIT) or with SIGKILL. It is not part of the
+``queue-core`` CLI, so no user reaches it by accident. ``complete`` runs the
+reference application's handler (``queue_core.ledger``).
 
-    python -m queue_core._child enqueue  DB BATCH_FILE            --now T --point enqueue.after_insert
-    python -m queue_core._child claim    DB [--lease-seconds S]   --now T --point claim.after_update
-    python -m queue_core._child complete DB ID GEN ATTEMPT UNTIL [--category NAME]... [--receipts] --now T ...
-    python -m queue_core._child fail     DB ID GEN ATTEMPT UNTIL --code CODE [--permanent] --now T --point ...
-    python -m queue_core._child redrive  DB ID [ID...]            --now T --point redrive.after_update
+    python -m queue_core.testing.child enqueue  DB BATCH_FILE            --now T --point enqueue.after_insert
+    python -m queue_core.testing.child claim    DB [--lease-seconds S]   --now T --point claim.after_update
+    python -m queue_core.testing.child complete DB ID GEN ATTEMPT UNTIL [--category NAME]... [--receipts] --now T ...
+    python -m queue_core.testing.child fail     DB ID GEN ATTEMPT UNTIL --code CODE [--permanent] --now T --point ...
+    python -m queue_core.testing.child redrive  DB ID [ID...]            --now T --point redrive.after_update
 
 ``--trace`` (instead of ``--point``) runs the operation to its end and prints
 every fault point it reached, in order: the crash matrix learns from it where
@@ -37,16 +39,15 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from . import faults
-from .clock import ModelClock
-from .errors import QueueError
-from .handler import Handler
-from .receipts import ReceiptHandler
-from .store import DEFAULT_LEASE_SECONDS, Lease, Store
+from ..clock import ModelClock
+from ..errors import QueueError
+from ..ledger import Handler, has_effect
+from ..receipts import ReceiptHandler
+from ..store import DEFAULT_LEASE_SECONDS, OPERATIONS, PROBE_POINTS, Lease, Store
+from .faults import FaultPlan, Tracer
 
 CRASH_EXIT_CODE = 86
 NOT_REACHED_EXIT_CODE = 3  # the operation ran to its end: the point was never reached (a wrong case)
-OPERATIONS = ("enqueue", "claim", "complete", "fail", "redrive")
 HOWS = ("exit", "sigkill")
 
 
@@ -78,7 +79,7 @@ def child_command(
         raise ValueError(f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}")
     if receipts and operation != "complete":
         raise ValueError("receipts=True applies only to complete")
-    command = [sys.executable, "-m", "queue_core._child", operation, str(db)]
+    command = [sys.executable, "-m", "queue_core.testing.child", operation, str(db)]
     if operation == "enqueue":
         if batch is None:
             raise ValueError("enqueue needs batch=PATH")
@@ -124,7 +125,7 @@ def run_crashing(db: str | Path, operation: str, *, capture: bool = False, **opt
 
 
 def run_crashing_completion(
-    db: Path, lease: Lease, now: int, point: str = "complete.after_insert", how: str = "exit"
+    db: str | Path, lease: Lease, now: int, point: str = "complete.after_effect", how: str = "exit"
 ) -> int:
     """Complete ``lease`` in a child process that dies at ``point``; return its exit status."""
     return run_crashing(db, "complete", lease=lease, now=now, point=point, how=how)
@@ -136,7 +137,7 @@ def _die(how: str) -> None:
     os._exit(CRASH_EXIT_CODE)
 
 
-def _arm(point: str, hit: int, how: str) -> None:
+def _plan(point: str, hit: int, how: str) -> FaultPlan:
     reached = 0
 
     def action() -> None:
@@ -145,19 +146,19 @@ def _arm(point: str, hit: int, how: str) -> None:
         if reached == hit:
             _die(how)
 
-    faults.arm(point, action)
+    return FaultPlan().arm(point, action)
 
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--now", type=int, required=True, help="model time in whole seconds")
-    common.add_argument("--point", help="fault point, e.g. complete.after_insert")
+    common.add_argument("--point", help="fault point, e.g. complete.after_effect")
     common.add_argument("--trace", action="store_true",
                         help="do not die: run the operation and print every fault point it reached, in order")
     common.add_argument("--hit", type=int, default=1, help="die at the N-th time the point is reached")
     common.add_argument("--how", choices=HOWS, default="exit")
 
-    parser = argparse.ArgumentParser(prog="python -m queue_core._child",
+    parser = argparse.ArgumentParser(prog="python -m queue_core.testing.child",
                                      description="Run one write operation and die at a fault point.")
     ops = parser.add_subparsers(dest="operation", required=True)
     enqueue = ops.add_parser("enqueue", parents=[common])
@@ -188,19 +189,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    reached: list[str] = []
+    tracer = Tracer()
+    probe: Tracer | FaultPlan
     if args.trace:
-        for point in sorted(p for p in faults.POINTS if p.startswith(f"{args.operation}.")):
-            faults.arm(point, lambda point=point: reached.append(point))
-    elif args.point not in faults.POINTS or not args.point.startswith(f"{args.operation}."):
+        probe = tracer
+    elif args.point not in PROBE_POINTS or not args.point.startswith(f"{args.operation}."):
         print(f"{args.point!r} is not a fault point of {args.operation}", file=sys.stderr)
         return 2
     elif args.hit < 1:
         print("--hit must be 1 or more", file=sys.stderr)
         return 2
     else:
-        _arm(args.point, args.hit, args.how)
-    store = Store(args.db, clock=ModelClock(args.now), create=False)
+        probe = _plan(args.point, args.hit, args.how)
+    store = Store(args.db, clock=ModelClock(args.now), create=False, probe=probe)
     try:
         if args.operation == "enqueue":
             store.enqueue(args.batch.read_bytes())
@@ -210,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
             if args.operation == "complete":
                 handler = Handler.with_categories(args.category)
-                store.complete(lease, ReceiptHandler(handler) if args.receipts else handler)
+                store.complete(lease, ReceiptHandler(handler, effect_exists=has_effect) if args.receipts else handler)
             else:
                 store.fail(lease, args.code, permanent=args.permanent)
         else:
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.operation} refused: {exc.code}: {exc}", file=sys.stderr)
         return 2
     if args.trace:
-        print("\n".join(reached))
+        print("\n".join(point for point in tracer.reached if point.startswith(f"{args.operation}.")))
         return 0
     return NOT_REACHED_EXIT_CODE  # reached only if the fault point was never hit
 

@@ -1,0 +1,189 @@
+"""The reference application: paid goods summed by category, one effect per event.
+
+This is *an application of* the queue, not part of it: the store never
+mentions it. It owns its table (``ledger.sql``: ``effects``), its business
+rules and its reads, and plugs into the protocol the way a reader's own
+application would, as a handler that writes through the transaction it is
+given::
+
+    store = Store("shop.sqlite3")
+    ledger.install(store)                 # the effects table, once
+    store.complete(lease, Handler())      # effect INSERT + re-check + ACK, one transaction
+    ledger.totals(store).total_cents     # the money; ledger.report(store) adds the counts
+
+The rules: ``category`` a string in {book, pen, bag}, ``amount_cents`` an
+integer 1..9,999,999 (a bool is not an integer here). Anything else is a
+*permanent* failure (``invalid_payload``): retrying cannot help, so the
+message goes to the dead letters at once. Supporting a new category is a
+deliberate change: ``Handler.with_categories({"toy"})``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from . import database
+from .errors import PermanentFailure
+from .store import Message, Snapshot, Store, Tx
+
+DEFAULT_CATEGORIES: Final = frozenset({"book", "pen", "bag"})
+MIN_AMOUNT_CENTS: Final = 1
+MAX_AMOUNT_CENTS: Final = 9_999_999
+INVALID_PAYLOAD: Final = "invalid_payload"
+SCHEMA_FILE: Final = "ledger.sql"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The business result of one event: a row of the ``effects`` table."""
+
+    category: str
+    amount_cents: int
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The money in the ledger: how many effects, their sum, the sum by category."""
+
+    count: int
+    total_cents: int
+    by_category: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "total_cents": self.total_cents, "by_category": dict(self.by_category)}
+
+
+@dataclass(frozen=True)
+class Report:
+    """The queue's counts and the ledger's money, read together: ``queue-core status``."""
+
+    queue: Snapshot
+    totals: Totals
+
+    @property
+    def messages(self) -> Mapping[str, int]:
+        return self.queue.to_dict()["messages"]  # type: ignore[no-any-return]
+
+    @property
+    def effects_count(self) -> int:
+        return self.totals.count
+
+    @property
+    def total_cents(self) -> int:
+        return self.totals.total_cents
+
+    @property
+    def by_category(self) -> Mapping[str, int]:
+        return self.totals.by_category
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"messages": dict(self.messages), "effects": self.totals.to_dict()}
+
+
+@dataclass(frozen=True)
+class Handler:
+    """The ledger's handler: validate the stored payload, write its effect row."""
+
+    categories: frozenset[str] = DEFAULT_CATEGORIES
+
+    @classmethod
+    def with_categories(cls, extra: Iterable[str] = ()) -> Handler:
+        """The default categories plus ``extra`` (the "new handler version")."""
+        if isinstance(extra, str):
+            raise TypeError(f"with_categories takes a collection of names, got the string {extra!r}")
+        return cls(categories=DEFAULT_CATEGORIES | frozenset(extra))
+
+    def effect(self, payload: Mapping[str, Any]) -> Effect:
+        """The business rule alone: the Effect of ``payload``, or ``PermanentFailure``."""
+        category = payload.get("category")
+        # Check the type before the set lookup: a list is unhashable and would
+        # raise TypeError instead of a clean permanent failure.
+        if not isinstance(category, str):
+            raise PermanentFailure(INVALID_PAYLOAD, f"category must be a string, got {_json_kind(category)}")
+        if category not in self.categories:
+            known = ", ".join(sorted(self.categories))
+            raise PermanentFailure(INVALID_PAYLOAD, f"unsupported category {category!r} (known: {known})")
+        amount = payload.get("amount_cents")
+        # bool is a subclass of int in Python; true is not an amount of money.
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise PermanentFailure(INVALID_PAYLOAD, f"amount_cents must be an integer, got {_json_kind(amount)}")
+        if not MIN_AMOUNT_CENTS <= amount <= MAX_AMOUNT_CENTS:
+            raise PermanentFailure(
+                INVALID_PAYLOAD,
+                f"amount_cents must be {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS}, got {amount}",
+            )
+        return Effect(category=category, amount_cents=amount)
+
+    def __call__(self, tx: Tx, message: Message) -> None:
+        """Write the effect of ``message`` through ``tx`` (the completion's transaction)."""
+        effect = self.effect(message.payload_object)
+        tx.execute(
+            "INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
+            (message.event_id, effect.category, effect.amount_cents),
+        )
+
+
+def install(store: Store) -> None:
+    """Create the ledger's table in the queue's file, if it is not there yet (one transaction)."""
+    with store.transaction() as tx:
+        install_tx(tx)
+
+
+def install_tx(tx: Tx) -> None:
+    """``install`` inside the caller's transaction."""
+    for statement in database.sql_statements(SCHEMA_FILE):
+        tx.execute(statement)
+
+
+def totals(store: Store) -> Totals:
+    """The money in the ledger, read in one snapshot (zero if it was never installed)."""
+    return store.read(totals_tx)
+
+
+def totals_tx(view: Tx) -> Totals:
+    """``totals`` inside the caller's transaction or snapshot."""
+    if not _installed(view):
+        return Totals(0, 0, {})
+    count, total = view.execute("SELECT count(*), coalesce(sum(amount_cents), 0) FROM effects").fetchone()
+    by_category = dict(view.execute(
+        "SELECT category, sum(amount_cents) FROM effects GROUP BY category ORDER BY category").fetchall())
+    return Totals(count, total, by_category)
+
+
+def report(store: Store) -> Report:
+    """Counts by state and the money, from one consistent snapshot."""
+    return store.read(lambda view: Report(store.status_tx(view), totals_tx(view)))
+
+
+def effects(store: Store) -> list[tuple[str, str, int]]:
+    """All effects as ``(event_id, category, amount_cents)``, by event id."""
+    return store.read(effects_tx)
+
+
+def effects_tx(view: Tx) -> list[tuple[str, str, int]]:
+    """``effects`` inside the caller's transaction or snapshot."""
+    if not _installed(view):
+        return []
+    return [tuple(row) for row in view.execute(  # type: ignore[misc]
+        "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id")]
+
+
+def has_effect(tx: Tx, event_id: str) -> bool:
+    """Whether the ledger holds the effect of ``event_id`` (the proof a receipt points to)."""
+    return tx.execute("SELECT 1 FROM effects WHERE event_id = ?", (event_id,)).fetchone() is not None
+
+
+def _installed(view: Tx) -> bool:
+    return view.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effects'").fetchone() is not None
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null or nothing"
+    return {
+        bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+        list: "an array", dict: "an object",
+    }.get(type(value), type(value).__name__)
