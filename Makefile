@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh clone:
 #   make serve   build the documentation site and serve it at http://127.0.0.1:8000
-#   make test    run the whole test suite (unit, processes, docs-as-tests, strict build, browser)
+#   make test    type-check (mypy --strict), then run the whole test suite (unit, processes, docs-as-tests, strict build, browser)
 # Each creates .venv and installs the pinned dependencies it needs by itself.
 
 PYTHON ?= python3
@@ -27,6 +27,7 @@ $(VENV)/.test-installed: $(VENV)/.docs-installed requirements-test.txt
 	@touch $@
 
 test: $(VENV)/.test-installed
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
 
 site: $(VENV)/.docs-installed

@@ -147,7 +147,8 @@ class Broker:
 
     def state(self) -> tuple[str, int]:
         with closing(sqlite3.connect(self.path)) as conn:
-            return conn.execute("SELECT state, deliveries FROM job").fetchone()
+            state, deliveries = conn.execute("SELECT state, deliveries FROM job").fetchone()
+            return str(state), int(deliveries)
 
 
 class App:

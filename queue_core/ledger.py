@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import database
-from .errors import PermanentFailure
+from .errors import PermanentFailure, WrongPath
 from .store import Message, Snapshot, Store, Tx
 
 DEFAULT_CATEGORIES: Final = frozenset({"book", "pen", "bag"})
@@ -126,9 +126,22 @@ class Handler:
 
 
 def install(store: Store) -> None:
-    """Create the ledger's table in the queue's file, if it is not there yet (one transaction)."""
-    with store.transaction() as tx:
+    """Create the ledger's table in the queue's file, if it is not there yet (one transaction).
+
+    A file that has it is only read (a snapshot never waits for the write
+    lock), so ``queue-core work`` can start while another process holds it.
+    """
+    if store.read(_installed):
+        return
+
+    def create(tx: Tx) -> None:
+        if tx.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'").fetchone() is None:
+            # Only a forged header gets this far: write nothing into a file that is not a queue.
+            raise WrongPath(f"{store.path} has no messages table: not a queue database",
+                            code="not_a_queue_database")
         install_tx(tx)
+
+    store.write(create)  # waits out a held write lock, as every protocol operation does
 
 
 def install_tx(tx: Tx) -> None:
@@ -166,7 +179,7 @@ def effects_tx(view: Tx) -> list[tuple[str, str, int]]:
     """``effects`` inside the caller's transaction or snapshot."""
     if not _installed(view):
         return []
-    return [tuple(row) for row in view.execute(  # type: ignore[misc]
+    return [(str(event_id), str(category), int(cents)) for event_id, category, cents in view.execute(
         "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id")]
 
 

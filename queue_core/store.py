@@ -302,8 +302,16 @@ class Store:
                 return body(view)
         return self._retry_busy(once)
 
-    def _write(self, operation: str, body: Callable[[Tx], T]) -> T:
-        """Run ``body`` in its own transaction; wait out a busy database."""
+    def write(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body(tx)`` in its own write transaction; wait out a busy database.
+
+        ``body`` may run more than once (each time in a fresh transaction) if
+        the database stays busy past SQLite's own timeout, so it must not have
+        effects outside the transaction.
+        """
+        return self._write(None, body)
+
+    def _write(self, operation: str | None, body: Callable[[Tx], T]) -> T:
         def once() -> T:
             with self._transaction(operation) as tx:
                 return body(tx)

@@ -8,5 +8,7 @@ own experiments do:
   (``os._exit`` or SIGKILL) at one point of one operation;
 * ``invariants``: read a queue file and check what must always hold;
 * ``matrix``: the crash matrix, every point of every write operation;
-* ``chaos``: random kills of real worker processes, and lock contention.
+* ``chaos``: random kills of real worker processes, and lock contention;
+* ``records``: what those runs found, kept (JSON, in a folder the caller
+  names) with a fingerprint of the code they ran on, for the page "How we know".
 """

@@ -1,0 +1,561 @@
+"""Real ``queue-core`` processes on one file: random SIGKILLs, and eight workers on one write lock.
+
+* ``chaos()`` runs several ``queue-core work`` processes on one file and
+  SIGKILLs them (and the producer, ``queue-core enqueue``) at random moments,
+  round after round, then makes a final pass and checks every invariant.
+* ``contention()`` starts eight ``queue-core work`` processes while the write
+  lock is held for longer than SQLite's busy timeout, so that every one of
+  them has to wait, give up, back off and retry; then it reports who did how
+  much.
+
+Both return a frozen result (``ChaosResult``, ``ContentionResult``) with
+``to_dict()`` for JSON. Only the clock is modelled (``--now``); processes,
+kills and SQLite files are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from .. import ledger
+from ..clock import ModelClock
+from ..store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
+from ..worker import WorkSummary
+from .invariants import FileState, Payload, check_invariants, finish_queue, losses_and_doubles, read_file
+from .matrix import BOOK, PEN, START, TOY, batch_text, work_folder
+
+__all__ = [
+    "LONG", "MAX_EVENTS", "QUEUE_CORE", "QUICK", "ROUND_STEP_SECONDS",
+    "ChaosResult", "ContentionResult", "chaos", "contention",
+]
+
+QUEUE_CORE: Final = (sys.executable, "-m", "queue_core")  # the real command line, as `queue-core` runs it
+QUICK: Final[Mapping[str, int]] = {"rounds": 10, "events_per_round": 200, "workers": 3, "max_kills_per_round": 5}
+LONG: Final[Mapping[str, int]] = {  # 9,900 events
+    "rounds": 45, "events_per_round": 220, "workers": 5, "max_kills_per_round": 10}
+MAX_EVENTS: Final = 9_999  # event ids are E0001..E9999 in one file
+ROUND_STEP_SECONDS: Final = 10  # model time between rounds: longer than any lease or backoff of the run
+
+R = TypeVar("R")
+
+
+class _Result:
+    """JSON for a frozen result: ``to_dict()`` and ``from_dict()`` (lists for tuples)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: list(value) if isinstance(value, tuple) else value
+                for name, value in asdict(self).items()}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
+        values = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            value = data[f.name]
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+        return cls(**values)
+
+
+# ========================================================== processes on one file
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    """True if process ``pid`` has ``path`` open (Linux ``/proc``; False elsewhere)."""
+    target = str(path.resolve())
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return True
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return False
+
+
+def _wait_until_open(process: subprocess.Popen[str], path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if _has_open(process.pid, path):
+            return True
+        time.sleep(0.002)
+    return False
+
+
+@dataclass
+class _Worker:
+    """A running ``queue-core work`` process."""
+
+    process: subprocess.Popen[str]
+    started: float
+    ended: float | None = None
+    killed: bool = False
+
+
+@dataclass(frozen=True)
+class _Exit:
+    """How one worker process ended."""
+
+    status: int
+    summary: WorkSummary | None  # what it printed, if it exited by itself
+    stderr: str
+    killed: bool
+    seconds: float
+
+    @property
+    def traceback(self) -> bool:
+        return "Traceback" in self.stderr
+
+    @property
+    def error(self) -> bool:
+        """It was not killed and yet failed."""
+        return not self.killed and (self.status != 0 or self.traceback)
+
+
+class _Processes:
+    """Starts the run's processes; kills those still running if the run fails."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str, now: int) -> subprocess.Popen[str]:
+        command = [*QUEUE_CORE, "--db", str(self.db), "--now", str(now), *args]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.started.append(process)
+        return process
+
+    def worker(self, now: int, lease_seconds: int | None = None) -> _Worker:
+        extra = ("--lease-seconds", str(lease_seconds)) if lease_seconds is not None else ()
+        return _Worker(self.start("work", *extra, now=now), time.monotonic())
+
+    def kill_the_rest(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
+@contextmanager
+def _processes(db: Path) -> Iterator[_Processes]:
+    processes = _Processes(db)
+    try:
+        yield processes
+    finally:
+        processes.kill_the_rest()
+
+
+def _wait_all(workers: Sequence[_Worker], timeout: float = 600) -> list[_Exit]:
+    """Wait until every worker has exited; how each one ended."""
+    deadline = time.monotonic() + timeout
+    while any(w.ended is None for w in workers):
+        for w in workers:
+            if w.ended is None and w.process.poll() is not None:
+                w.ended = time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError("worker processes did not finish in time")
+        time.sleep(0.005)
+    return [_exit(w) for w in workers]
+
+
+def _exit(worker: _Worker) -> _Exit:
+    out, err = worker.process.communicate()
+    status = worker.process.returncode
+    summary = None
+    if status == 0:
+        try:
+            summary = WorkSummary(**json.loads(out))
+        except (ValueError, TypeError):
+            summary = None
+    return _Exit(status, summary, err.strip(), worker.killed, (worker.ended or 0) - worker.started)
+
+
+def _unique_key_refusals(state: FileState) -> int:
+    """Messages whose effect INSERT was once refused by the unique key: an attempted double.
+
+    (The store records a handler's unexpected exception as ``handler_error``
+    with the exception in ``last_detail``.)
+    """
+    return sum(1 for m in state.messages
+               if m.last_error == HANDLER_ERROR and "UNIQUE constraint failed" in (m.last_detail or ""))
+
+
+# ===================================================================== contention
+
+
+@dataclass(frozen=True)
+class ContentionResult(_Result):
+    """What ``contention()`` measured."""
+
+    workers: int
+    events: int
+    busy_timeout_seconds: float
+    lock_held_seconds: float
+    all_waiting_before_the_countdown: bool
+    exit_statuses: tuple[int, ...]
+    tracebacks: int
+    stderr_lines: int
+    shares_done: tuple[int | None, ...]  # each worker's share of the done messages
+    claimed: int
+    done: int
+    lease_lost: int
+    worker_seconds: tuple[float, ...]
+    seconds: float
+    total_cents: int
+    expected_cents: int
+    losses: int
+    doubles: int
+    violations: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost, nothing doubled, no invariant violated."""
+        return not (self.violations or self.losses or self.doubles)
+
+
+def contention(workdir: str | Path | None = None, *, workers: int = 8, events: int = 400,
+               hold_extra_seconds: float = 0.5) -> ContentionResult:
+    """``workers`` ``queue-core work`` processes on one file, all made to wait out the write lock.
+
+    The file gets ``events`` messages. The write lock is taken (a protocol
+    transaction left open) before the workers start and is held until every
+    worker has the file open and is waiting for it, plus SQLite's busy timeout
+    and ``hold_extra_seconds``: each worker's first claim therefore runs out
+    its busy timeout, gets "busy", backs off and retries. Then the lock is
+    released and they share the work.
+    """
+    with work_folder(workdir) as root:
+        db = root / "queue.sqlite3"
+        sent = {f"E{n:04d}": {"category": PEN, "amount_cents": n} for n in range(1, events + 1)}
+        expected_cents = sum(range(1, events + 1))
+        store = Store(db, clock=ModelClock(START))
+        ledger.install(store)  # before the lock is taken: a queue of the reference application
+        store.enqueue(batch_text(sent))
+        with _processes(db) as processes:
+            started = time.monotonic()
+            with Store(db, clock=ModelClock(START)).transaction():
+                crowd = [processes.worker(START) for _ in range(workers)]
+                waiting = [_wait_until_open(w.process, db, timeout=60) for w in crowd]
+                time.sleep(BUSY_TIMEOUT_MS / 1000 + hold_extra_seconds)
+                held = time.monotonic() - started
+            exits = _wait_all(crowd)
+            seconds = time.monotonic() - started
+        state = read_file(db)
+    lost, doubled = losses_and_doubles(state, sent, set(sent))
+    summaries = [e.summary for e in exits if e.summary]
+    shares = tuple(e.summary.done if e.summary else None for e in exits)
+    return ContentionResult(
+        workers=workers,
+        events=events,
+        busy_timeout_seconds=BUSY_TIMEOUT_MS / 1000,
+        lock_held_seconds=round(held, 2),
+        all_waiting_before_the_countdown=all(waiting),
+        exit_statuses=tuple(e.status for e in exits),
+        tracebacks=sum(e.traceback for e in exits),
+        stderr_lines=sum(len(e.stderr.splitlines()) for e in exits),
+        shares_done=shares,
+        claimed=sum(s.claimed for s in summaries),
+        done=sum(s for s in shares if s is not None),
+        lease_lost=sum(s.lease_lost for s in summaries),
+        worker_seconds=tuple(round(e.seconds, 2) for e in exits),
+        seconds=round(seconds, 2),
+        total_cents=state.total_cents,
+        expected_cents=expected_cents,
+        losses=lost,
+        doubles=doubled + _unique_key_refusals(state),
+        violations=tuple(check_invariants(state, events=sent, expected_total=expected_cents)),
+    )
+
+
+# ========================================================================== chaos
+
+
+@dataclass(frozen=True)
+class ChaosResult(_Result):
+    """What ``chaos()`` did and found."""
+
+    seed: int
+    rounds: int
+    workers_at_once: int
+    lease_seconds: int
+    clock_stagger_seconds: int
+    round_step_seconds: int
+    events: int
+    valid_events: int
+    toys: int
+    lines_sent: int
+    producer_kills: int
+    producer_resends: int
+    producer_kills_after_its_commit: int
+    worker_processes: int
+    worker_kills: int
+    worker_kills_with_the_file_open: int
+    kills: int
+    clean_worker_exits: int
+    worker_errors: int
+    tracebacks: int
+    lease_lost_reported: int
+    completed_by_a_later_generation: int
+    lease_expired_redriven: int
+    done: int
+    dead: int
+    total_cents: int
+    expected_cents: int
+    losses: int
+    doubles: int
+    violations: tuple[str, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost, nothing doubled, no invariant violated."""
+        return not (self.violations or self.losses or self.doubles)
+
+
+@dataclass
+class _Tally:
+    """What a chaos run counts while it runs."""
+
+    lines_sent: int = 0
+    producer_kills: int = 0
+    producer_resends: int = 0
+    producer_kills_after_its_commit: int = 0
+    worker_processes: int = 0
+    worker_kills: int = 0
+    worker_kills_with_the_file_open: int = 0
+    exits: list[_Exit] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The parameters of a chaos run, and its random choices."""
+
+    rounds: int
+    events_per_round: int
+    workers: int
+    max_kills_per_round: int
+    producer_kill_chance: float
+    toy_share: float
+    stagger_seconds: int
+    lease_seconds: int
+    rng: random.Random
+
+
+def chaos(
+    workdir: str | Path | None = None,
+    *,
+    rounds: int = QUICK["rounds"],
+    events_per_round: int = QUICK["events_per_round"],
+    workers: int = QUICK["workers"],
+    max_kills_per_round: int = QUICK["max_kills_per_round"],
+    producer_kill_chance: float = 0.5,
+    toy_share: float = 0.05,
+    stagger_seconds: int = 2,
+    lease_seconds: int = 2,
+    seed: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ChaosResult:
+    """Random SIGKILLs of real ``queue-core`` processes on one file, round after round; then a final pass.
+
+    Each round: a producer (``queue-core enqueue``) sends a batch of new events
+    (a few of them toys, which this handler refuses) plus a few lines already
+    sent; with ``producer_kill_chance`` it is SIGKILLed at a random moment once
+    it has the file open, and then it sends the same batch again until it gets
+    an answer. Then ``workers`` ``queue-core work`` processes run; at random
+    moments (up to ``max_kills_per_round`` times) one of them, once it has the
+    file open, is SIGKILLed and replaced. Worker ``i`` reads the model clock
+    ``i % (stagger_seconds + 1)`` seconds later than worker 0, with leases of
+    ``lease_seconds``: a later worker finds an earlier one's lease expired and
+    takes the message over while the earlier one may still be working on it,
+    like a worker that paused longer than its lease. Each round starts
+    ``ROUND_STEP_SECONDS`` of model time after the previous one, so abandoned
+    leases have expired.
+
+    The final pass: a fresh worker finishes the queue, the dead letters whose
+    three leases all ran out (``lease_expired``, a price of the kills) are
+    redriven, and the queue is finished again. Then every invariant is checked:
+    every valid event done with exactly one effect, every toy dead with its
+    reason, and the money exact.
+    """
+    if rounds * events_per_round > MAX_EVENTS:
+        raise ValueError(f"at most {MAX_EVENTS} events fit in one file (event ids E0001..E9999)")
+    seed = random.SystemRandom().randrange(2**32) if seed is None else seed
+    plan = _Plan(rounds, events_per_round, workers, max_kills_per_round, producer_kill_chance, toy_share,
+                 stagger_seconds, lease_seconds, random.Random(seed))
+    say = progress or (lambda _message: None)
+    tally = _Tally()
+    sent: dict[str, Payload] = {}
+    began = time.monotonic()
+    with work_folder(workdir) as root:
+        db = root / "queue.sqlite3"
+        Store(db, clock=ModelClock(START))
+        now = START
+        with _processes(db) as processes:
+            for round_number in range(1, rounds + 1):
+                now += ROUND_STEP_SECONDS
+                batch = _next_batch(plan, sent, root / f"batch-{round_number:03d}.jsonl", tally)
+                _produce(processes, batch, now, round_number, plan, tally)
+                _work_and_kill(processes, now, plan, tally)
+                say(f"round {round_number}/{rounds}: {len(sent)} events sent, "
+                    f"{tally.worker_kills} worker kills so far")
+        expired = _final_pass(db, now + ROUND_STEP_SECONDS, lease_seconds)
+        state = read_file(db)
+    return _judge(state, sent, tally, plan, seed=seed, redriven=expired, seconds=time.monotonic() - began)
+
+
+def _next_batch(plan: _Plan, sent: dict[str, Payload], path: Path, tally: _Tally) -> tuple[Path, int]:
+    """Write the round's batch: new events (a few toys) and up to ten lines already sent.
+
+    Returns the batch file and how many of its events are new; ``sent`` gains them.
+    """
+    rng = plan.rng
+    new: dict[str, Payload] = {}
+    for number in range(len(sent) + 1, len(sent) + plan.events_per_round + 1):
+        category = TOY if rng.random() < plan.toy_share else rng.choice((BOOK, PEN, "bag"))
+        new[f"E{number:04d}"] = {"category": category, "amount_cents": rng.randint(1, 99_999)}
+    again = {e: sent[e] for e in rng.sample(sorted(sent), min(len(sent), 10))}
+    sent.update(new)
+    path.write_text(batch_text({**again, **new}), encoding="utf-8")
+    tally.lines_sent += len(again) + len(new)
+    return path, len(new)
+
+
+def _produce(processes: _Processes, batch: tuple[Path, int], now: int, round_number: int, plan: _Plan,
+             tally: _Tally) -> None:
+    """The producer: maybe killed once it has the file open, then it resends the batch until it hears an answer."""
+    path, new = batch
+    kill = plan.rng.random() < plan.producer_kill_chance
+    while True:
+        producer = processes.start("enqueue", str(path), now=now)
+        killed = False
+        if kill:
+            kill = False
+            if _wait_until_open(producer, processes.db, timeout=5):
+                time.sleep(plan.rng.uniform(0, 0.01))
+            if producer.poll() is None:
+                producer.kill()
+                killed = True
+                tally.producer_kills += 1
+        out, err = producer.communicate(timeout=120)
+        if producer.returncode == 0:
+            answer = json.loads(out)
+            if answer["accepted"] not in (0, new):
+                tally.violations.append(f"round {round_number}: a batch was stored in part: {answer}")
+            if killed and answer["accepted"] == 0:
+                tally.producer_kills_after_its_commit += 1
+            return
+        if producer.returncode != -signal.SIGKILL:
+            tally.violations.append(f"round {round_number}: the producer failed: {err.strip()[-300:]}")
+            return
+        tally.producer_resends += 1
+
+
+def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) -> None:
+    """The round's workers, on staggered clocks; some SIGKILLed at random moments and replaced."""
+    rng = plan.rng
+
+    def start(slot: int) -> _Worker:
+        tally.worker_processes += 1
+        return processes.worker(now + slot % (plan.stagger_seconds + 1), plan.lease_seconds)
+
+    crowd = [start(slot) for slot in range(plan.workers)]
+    kills = rng.randint(1, plan.max_kills_per_round) if plan.max_kills_per_round else 0
+    while True:
+        alive = [w for w in crowd if w.process.poll() is None]
+        if not alive:
+            break
+        if kills == 0:
+            time.sleep(0.01)
+            continue
+        time.sleep(rng.uniform(0.0, 0.12))
+        victim = rng.choice(alive)
+        opened = _wait_until_open(victim.process, processes.db, timeout=0.5)
+        if opened:
+            time.sleep(rng.uniform(0, 0.01))
+        if victim.process.poll() is None:
+            victim.process.send_signal(signal.SIGKILL)
+            victim.killed = True
+            tally.worker_kills += 1
+            tally.worker_kills_with_the_file_open += opened
+            crowd.append(start(crowd.index(victim)))
+        kills -= 1
+    tally.exits += _wait_all(crowd)
+
+
+def _final_pass(db: Path, now: int, lease_seconds: int) -> int:
+    """A fresh worker finishes the queue; the operator redrives what the kills pushed to dead, and again.
+
+    Returns how many ``lease_expired`` dead letters were redriven.
+    """
+    now = finish_queue(db, now, lease_seconds=lease_seconds)
+    store = Store(db, clock=ModelClock(now), create=False)
+    expired = [m.event_id for m in store.dead_letters() if m.last_error == LEASE_EXPIRED]
+    if expired:
+        store.redrive(expired)
+        finish_queue(db, now, lease_seconds=lease_seconds)
+    return len(expired)
+
+
+def _judge(state: FileState, sent: Mapping[str, Payload], tally: _Tally, plan: _Plan, *, seed: int,
+           redriven: int, seconds: float) -> ChaosResult:
+    """Every invariant, with every event sent and the money; only toys may be dead, for their reason."""
+    valid = {e for e, p in sent.items() if p["category"] != TOY}
+    expected_total = sum(int(sent[e]["amount_cents"]) for e in valid)
+    violations = tally.violations + check_invariants(state, events=sent, expected_total=expected_total)
+    for m in state.messages:
+        if m.state == "dead" and (m.event_id in valid or m.last_error != "invalid_payload"):
+            violations.append(f"{m.event_id} is dead ({m.last_error}) after the final pass")
+    lost, doubled = losses_and_doubles(state, sent, valid)
+    # An effect INSERT refused by the unique key was an attempt to double: count it, wherever it shows.
+    doubled += _unique_key_refusals(state)
+    doubled += sum("constraint_violation" in e.stderr or "UNIQUE constraint" in e.stderr for e in tally.exits)
+    errors = [e for e in tally.exits if e.error]
+    violations += [f"a worker exited with {e.status}: {e.stderr[-300:]}" for e in errors]
+    clean = [e.summary for e in tally.exits if e.summary]
+    by_state = Counter(m.state for m in state.messages)
+    return ChaosResult(
+        seed=seed,
+        rounds=plan.rounds,
+        workers_at_once=plan.workers,
+        lease_seconds=plan.lease_seconds,
+        clock_stagger_seconds=plan.stagger_seconds,
+        round_step_seconds=ROUND_STEP_SECONDS,
+        events=len(sent),
+        valid_events=len(valid),
+        toys=len(sent) - len(valid),
+        lines_sent=tally.lines_sent,
+        producer_kills=tally.producer_kills,
+        producer_resends=tally.producer_resends,
+        producer_kills_after_its_commit=tally.producer_kills_after_its_commit,
+        worker_processes=tally.worker_processes,
+        worker_kills=tally.worker_kills,
+        worker_kills_with_the_file_open=tally.worker_kills_with_the_file_open,
+        kills=tally.worker_kills + tally.producer_kills,
+        clean_worker_exits=len(clean),
+        worker_errors=len(errors),
+        tracebacks=sum(e.traceback for e in tally.exits),
+        lease_lost_reported=sum(s.lease_lost for s in clean),
+        completed_by_a_later_generation=sum(m.state == "done" and m.generation > 1 for m in state.messages),
+        lease_expired_redriven=redriven,
+        done=by_state["done"],
+        dead=by_state["dead"],
+        total_cents=state.total_cents,
+        expected_cents=expected_total,
+        losses=lost,
+        doubles=doubled,
+        violations=tuple(violations),
+        seconds=round(seconds, 1),
+    )

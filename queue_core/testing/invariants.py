@@ -1,0 +1,314 @@
+"""What must always hold in a queue file: read it read-only, list every violated invariant.
+
+``check_invariants(db, ...)`` reads a queue file and returns the list of
+violated invariants (empty: all hold). It opens the file **read-only**
+(``mode=ro``) and uses plain SQL on purpose: it inspects the result of the
+protocol, it does not drive it, so it must not share the code it judges
+(``Store``) and must not be able to change what it looks at.
+
+``finish_queue(db, now)`` is the other half of every experiment: a fresh
+worker of the reference application (``queue_core.ledger``) that finishes the
+queue, letting model time pass, so that the checker can then demand that
+nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import ledger
+from ..clock import ModelClock
+from ..receipts import ReceiptHandler
+from ..store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Message, Store
+from ..worker import work
+
+Payload = Mapping[str, Any]
+EffectRow = tuple[str, str, int]  # event_id, category, amount_cents
+ReceiptRow = tuple[str, str, str, str]  # tenant, operation, payload, effect
+
+__all__ = [
+    "EffectRow", "FileState", "Payload", "ReceiptRow",
+    "check_invariants", "finish_queue", "losses_and_doubles", "read_file",
+]
+
+
+@dataclass(frozen=True)
+class FileState:
+    """Everything the checker reads from a queue file, in one read transaction."""
+
+    integrity: tuple[str, ...]
+    foreign_key_errors: int
+    messages: tuple[Message, ...]
+    effects: tuple[EffectRow, ...]
+    receipts: tuple[ReceiptRow, ...] = ()
+
+    def message(self, event_id: str) -> Message | None:
+        return next((m for m in self.messages if m.event_id == event_id), None)
+
+    def rows(self) -> tuple[tuple[Message, ...], tuple[EffectRow, ...], tuple[ReceiptRow, ...]]:
+        """Messages, effects and receipts: what "the same state" means for the crash matrix."""
+        return self.messages, self.effects, self.receipts
+
+    @property
+    def total_cents(self) -> int:
+        """The money: the sum of every effect's amount."""
+        return sum(amount for _, _, amount in self.effects)
+
+    def receipt_proof(self, m: Message) -> ReceiptRow | None:
+        """The receipt of ``m``'s operation, if it proves an ACK without an effect of ``m``'s own.
+
+        The operation is named by the payload's ``tenant`` and ``operation`` fields
+        (what ``receipts.key_from_payload`` reads). The proof holds if that
+        receipt exists, was recorded for the same payload, and names an
+        existing effect.
+        """
+        receipt = self.receipt_of(m)
+        if receipt is None or receipt[3] not in {e for e, _, _ in self.effects}:
+            return None
+        if _canonical(json.loads(receipt[2])) != _canonical(json.loads(m.payload)):
+            return None
+        return receipt
+
+    def receipt_of(self, m: Message) -> ReceiptRow | None:
+        """The receipt stored under the operation ``m``'s payload names, if any."""
+        key = _operation_key(m)
+        return next((r for r in self.receipts if (r[0], r[1]) == key), None) if key else None
+
+
+def read_file(db: str | Path) -> FileState:
+    """Read a queue file through a read-only connection (``mode=ro``): nothing can be written.
+
+    The file must have the queue's current schema (version 2: ``last_detail``
+    and the receipts table); the ledger's ``effects`` table may be missing
+    (an application that was never installed has no effects).
+    The connection may leave empty ``-wal``/``-shm`` files beside the database:
+    a read-only connection may not delete them. The next writer reuses them.
+    """
+    conn = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        conn.execute("BEGIN")  # one consistent snapshot for all the reads below
+        integrity = tuple(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
+        foreign = len(conn.execute("PRAGMA foreign_key_check").fetchall())
+        messages = tuple(Message(*row) for row in conn.execute(
+            "SELECT event_id, payload, state, attempts, generation, available_at, lease_until, last_error,"
+            " last_detail FROM messages ORDER BY event_id"))
+        has_effects = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effects'").fetchone()
+        effects: tuple[EffectRow, ...] = tuple(
+            (str(e), str(c), int(a)) for e, c, a in conn.execute(
+                "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id")
+        ) if has_effects else ()
+        receipts: tuple[ReceiptRow, ...] = tuple(
+            (str(t), str(o), str(p), str(e)) for t, o, p, e in conn.execute(
+                "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"))
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    return FileState(integrity, foreign, messages, effects, receipts)
+
+
+def _operation_key(m: Message) -> tuple[str, str] | None:
+    """The (tenant, operation) a message's payload names, or None (the checker's own reading)."""
+    try:
+        payload = json.loads(m.payload)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    tenant, operation = payload.get("tenant"), payload.get("operation")
+    return (tenant, operation) if isinstance(tenant, str) and isinstance(operation, str) else None
+
+
+def check_invariants(
+    db: str | Path | FileState,
+    *,
+    events: Mapping[str, Payload] | None = None,
+    expected_total: int | None = None,
+    finished: bool = True,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> list[str]:
+    """Return every violated invariant of the queue file ``db`` (an empty list: all hold).
+
+    Always checked: ``PRAGMA integrity_check`` is ok and no foreign key dangles;
+    each done message has exactly one effect, or none of its own and the proof
+    of a receipt (see below); no effect lacks its done message;
+    each effect is what its stored payload says (category, amount); a dead
+    message has a recorded reason; ``generation >= attempts`` (every claim raises
+    both, a redrive resets only attempts); ``attempts <= max_attempts``; a
+    message dead of ``lease_expired`` spent the whole budget.
+
+    Receipts (``receipts.ReceiptHandler``): every receipt names an existing
+    effect; no effect has more than one receipt; a done message without an
+    effect of its own was ACKed on the proof of the receipt of its operation
+    (the payload's ``tenant`` and ``operation``), recorded for the same
+    payload, whose effect exists; a message whose operation has a receipt
+    naming another event's effect has no effect of its own (the operation
+    would count twice). These rules read the receipts of a queue completed
+    under a ``ReceiptHandler`` around the ledger's handler, whose receipts
+    name event ids of ``effects``; a receipt written with ``receipts.record``
+    for an effect kept elsewhere (another table) would be reported as naming
+    no effect.
+
+    :param events: every event the producers sent (event id -> payload): none
+        may be missing (lost before it was stored), none may be stored with
+        another payload, and no other message may appear.
+    :param expected_total: the money the effects must add up to.
+    :param finished: after a final pass, every message must be done, or dead
+        with a reason: nothing may be left ready or leased.
+    """
+    if isinstance(db, FileState):
+        state = db
+    else:
+        try:
+            state = read_file(db)
+        except sqlite3.DatabaseError as exc:
+            return [f"the file cannot be read: {exc}"]
+    violations: list[str] = []
+    if state.integrity != ("ok",):
+        violations.append(f"integrity_check: {'; '.join(state.integrity[:3])}")
+    if state.foreign_key_errors:
+        violations.append(f"foreign_key_check: {state.foreign_key_errors} dangling reference(s)")
+    violations += _message_violations(state, finished=finished, max_attempts=max_attempts)
+    violations += _effect_violations(state)
+    violations += _receipt_violations(state)
+    if events is not None:
+        violations += _sent_violations(state, events)
+    if expected_total is not None and state.total_cents != expected_total:
+        violations.append(f"money: effects add up to {state.total_cents}, expected {expected_total}")
+    return violations
+
+
+def _message_violations(state: FileState, *, finished: bool, max_attempts: int) -> list[str]:
+    """Each message: its effects (or the proof of a receipt), its reason, attempts and generation."""
+    violations = []
+    effects_per_event = Counter(event_id for event_id, _, _ in state.effects)
+    for m in state.messages:
+        count = effects_per_event.get(m.event_id, 0)
+        if m.state == "done" and count > 1:
+            violations.append(f"{m.event_id} is done with {count} effects (doubled)")
+        elif m.state == "done" and count == 0 and state.receipt_proof(m) is None:
+            receipt = state.receipt_of(m)
+            why = ("and no receipt of its operation" if receipt is None
+                   else f"and the receipt of {receipt[0]}/{receipt[1]} is no proof (effect {receipt[3]} "
+                        f"{'missing' if effects_per_event.get(receipt[3], 0) == 0 else 'of another payload'})")
+            violations.append(f"{m.event_id} is done with 0 effects {why} (lost)")
+        receipt = state.receipt_of(m) if count else None
+        if receipt is not None and receipt[3] != m.event_id:
+            violations.append(f"{m.event_id} has an effect of its own, but the receipt of its operation "
+                              f"{receipt[0]}/{receipt[1]} names {receipt[3]} (the operation is doubled)")
+        if m.state == "dead" and not m.last_error:
+            violations.append(f"{m.event_id} is dead without a recorded reason")
+        if m.generation < m.attempts:
+            violations.append(f"{m.event_id}: generation {m.generation} < attempts {m.attempts}")
+        if m.attempts > max_attempts:
+            violations.append(f"{m.event_id}: {m.attempts} attempts, more than the budget of {max_attempts}")
+        if m.state == "dead" and m.last_error == LEASE_EXPIRED and m.attempts != max_attempts:
+            violations.append(f"{m.event_id}: dead of {LEASE_EXPIRED} after {m.attempts} attempts")
+        if finished and m.state not in ("done", "dead"):
+            violations.append(f"{m.event_id} is still {m.state} after the final pass")
+    return violations
+
+
+def _effect_violations(state: FileState) -> list[str]:
+    """Each effect: a done message of its own, and the category and amount of its payload."""
+    violations = []
+    messages = {m.event_id: m for m in state.messages}
+    for event_id, category, amount in state.effects:
+        m = messages.get(event_id)
+        if m is None or m.state != "done":
+            violations.append(f"effect of {event_id} without a done message "
+                              f"({'no message' if m is None else m.state})")
+            continue
+        payload = json.loads(m.payload)
+        if (payload.get("category"), payload.get("amount_cents")) != (category, amount):
+            violations.append(f"effect of {event_id} is {category} {amount}, its payload says otherwise")
+    return violations
+
+
+def _receipt_violations(state: FileState) -> list[str]:
+    """Each receipt names an existing effect; no effect has two receipts."""
+    violations = []
+    effects = {event_id for event_id, _, _ in state.effects}
+    for tenant, operation, _, effect in state.receipts:
+        if effect not in effects:
+            violations.append(f"receipt {tenant}/{operation} names {effect}, which has no effect")
+    receipts_per_effect = Counter(effect for _, _, _, effect in state.receipts)
+    for effect, count in sorted(receipts_per_effect.items()):
+        if count > 1:
+            violations.append(f"effect of {effect} has {count} receipts")
+    return violations
+
+
+def _sent_violations(state: FileState, events: Mapping[str, Payload]) -> list[str]:
+    """Every event sent is stored, with its payload, and nothing else is."""
+    violations = []
+    messages = {m.event_id: m for m in state.messages}
+    for event_id, payload in events.items():
+        m = messages.get(event_id)
+        if m is None:
+            violations.append(f"{event_id} was sent but is not stored (lost)")
+        elif _canonical(json.loads(m.payload)) != _canonical(payload):
+            violations.append(f"{event_id} is stored with another payload")
+    for event_id in sorted(messages.keys() - events.keys()):
+        violations.append(f"{event_id} is stored but was never sent")
+    return violations
+
+
+def _canonical(value: Any) -> str:
+    """The checker's own canonical JSON (it does not borrow the envelope's): 1 and 1.0 differ."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def losses_and_doubles(state: FileState, sent: Mapping[str, Payload], valid: set[str]) -> tuple[int, int]:
+    """How many effects were lost and how many doubled, counted (the checker lists them).
+
+    Losses: a sent event not stored, a valid event not done, a done message
+    without its effect (and without the proof of a receipt). Doubles: more
+    than one effect for an event, an effect without a done message, an effect
+    of an operation whose receipt names another event's effect.
+    """
+    messages = {m.event_id: m for m in state.messages}
+    effects = Counter(e for e, _, _ in state.effects)
+    lost = sum(1 for e in sent if e not in messages)
+    lost += sum(1 for e in valid if e in messages and messages[e].state != "done")
+    lost += sum(1 for m in state.messages
+                if m.state == "done" and effects[m.event_id] == 0 and state.receipt_proof(m) is None)
+    doubled = sum(n - 1 for n in effects.values() if n > 1)
+    doubled += sum(1 for e in effects if e not in messages or messages[e].state != "done")
+    doubled += sum(1 for m in state.messages if effects[m.event_id]
+                   and (r := state.receipt_of(m)) is not None and r[3] != m.event_id)
+    return lost, doubled
+
+
+def finish_queue(db: str | Path, now: int, *, categories: Sequence[str] = (), lease_seconds: int = 2,
+                 receipts: bool = False, max_passes: int = 1_000) -> int:
+    """A fresh worker finishes the queue: work, let model time pass, until nothing is ready or leased.
+
+    The worker runs the reference application (``ledger.Handler``, plus
+    ``categories``) and installs its table first if the file has none, as
+    ``queue-core work`` does. Time jumps to the next moment something becomes
+    claimable (a backoff ends, a lease runs out). Returns the model time at
+    which the queue was finished. With ``receipts``, the worker completes
+    under a ``ReceiptHandler`` (the operation named by the payload's
+    ``tenant`` and ``operation``) that refuses a receipt whose effect is gone.
+    """
+    clock = ModelClock(now)
+    store = Store(db, clock=clock, create=False)
+    ledger.install(store)
+    handler: Handler = ledger.Handler.with_categories(categories)
+    if receipts:
+        handler = ReceiptHandler(handler, effect_exists=ledger.has_effect)
+    for _ in range(max_passes):
+        work(store, handler, lease_seconds=lease_seconds)
+        pending = [m for m in store.messages() if m.state in ("ready", "leased")]
+        if not pending:
+            return clock.now()
+        due = min(max(m.available_at, m.lease_until or 0) for m in pending)
+        clock.set(max(due, clock.now() + 1))
+    raise RuntimeError(f"the queue was not finished after {max_passes} passes")

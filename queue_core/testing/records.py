@@ -1,0 +1,126 @@
+"""Records of the evidence runs: what a run found, for which code, on which machine.
+
+The tests run the crash matrix, the random kills and the contention run and
+leave a record of each (JSON) in a folder the caller names; the page "How we
+know" shows a record only if it was made for exactly this code (the same
+fingerprint) and the same parameters, and otherwise runs the evidence itself
+while the site is built. Either way the page shows figures measured on this
+code. Nothing here guesses where records live: every caller passes the folder
+(the tests and the docs build pass ``<repository>/test-artifacts/evidence``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parent.parent  # queue_core/, whose code a record is made for
+
+__all__ = ["Record", "fingerprint", "load_record", "recorded", "save_record"]
+
+
+def fingerprint() -> str:
+    """A short hash of queue_core's code, schemas and proof machinery: a record is fresh only for the same code."""
+    digest = hashlib.sha256()
+    files = [*PACKAGE.glob("*.py"), *PACKAGE.glob("*.sql"), *(PACKAGE / "testing").glob("*.py")]
+    for path in sorted(files):
+        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One run's result (as JSON values) and where it comes from."""
+
+    name: str
+    fingerprint: str
+    params: Mapping[str, Any]
+    by: str  # who ran it: a test, or the page itself
+    recorded_at: str
+    seconds: float
+    python: str
+    sqlite: str
+    system: str
+    result: Any = field(default=None)  # the run's result as JSON values (a ``to_dict()``)
+
+    @property
+    def machine(self) -> str:
+        return f"Python {self.python}, SQLite {self.sqlite}, {self.system}"
+
+    @property
+    def for_this_code(self) -> bool:
+        return self.fingerprint == fingerprint()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "params": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Record:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if callable(to_dict) else value
+
+
+def save_record(name: str, params: Mapping[str, Any], result: Any, *, by: str, seconds: float,
+                folder: str | Path) -> Record:
+    """Write ``result`` (JSON values, or objects with ``to_dict()``) as ``folder/name.json``; return the record.
+
+    A folder that cannot be written (a read-only tree) is not an error: the
+    record is still returned.
+    """
+    record = Record(
+        name=name,
+        fingerprint=fingerprint(),
+        params=json.loads(json.dumps(dict(params))),
+        by=by,
+        recorded_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        seconds=round(seconds, 1),
+        python=platform.python_version(),
+        sqlite=sqlite3.sqlite_version,
+        system=f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        result=_jsonable(result),
+    )
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8")
+    except OSError:
+        pass
+    return record
+
+
+def load_record(name: str, params: Mapping[str, Any], *, folder: str | Path) -> Record | None:
+    """The record ``folder/name.json`` if it exists and was made for this code and these parameters."""
+    try:
+        data = json.loads((Path(folder) / f"{name}.json").read_text(encoding="utf-8"))
+        record = Record.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not record.for_this_code or record.params != json.loads(json.dumps(dict(params))):
+        return None
+    return record
+
+
+def recorded(name: str, params: Mapping[str, Any], run: Callable[[], Any], *, by: str,
+             folder: str | Path) -> Record:
+    """The fresh record ``name`` in ``folder``, or run ``run()`` now and record it (``by`` says who ran it)."""
+    record = load_record(name, params, folder=folder)
+    if record is None:
+        began = time.monotonic()
+        result = run()
+        record = save_record(name, params, result, by=by, seconds=time.monotonic() - began, folder=folder)
+    return record
