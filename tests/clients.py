@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from queue_core import Handler, ModelClock, Store, work
+from queue_core import Handler, ModelClock, Store, ledger, work
 
 
 def wait_for(start: Path) -> None:
@@ -39,6 +39,8 @@ def main(argv: list[str]) -> int:
             conn.close()
         return 0
     store = Store(db, clock=ModelClock(int(argv[2])), create=False)
+    if command == "work":
+        ledger.install(store)  # the reference application's table (idempotent), before the race starts
     wait_for(Path(argv[3]))
     if command == "claim":
         lease = store.claim(lease_seconds=30)

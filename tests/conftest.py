@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from queue_core import Handler, ModelClock, Store
+from queue_core import Handler, ModelClock, Store, ledger
 
 
 @pytest.fixture
@@ -21,7 +21,14 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(db: Path, clock: ModelClock) -> Store:
-    return Store(db, clock=clock)
+    """A queue with the reference application (the ledger's ``effects`` table) installed, as the CLI does.
+
+    ``Store(...)`` alone creates only the queue's schema; tests of that use
+    ``Store(db, clock=clock)`` directly.
+    """
+    queue = Store(db, clock=clock)
+    ledger.install(queue)
+    return queue
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from queue_core import Store, ledger
+
 
 def line(event_id: str, category: str = "book", amount_cents: int = 100, **extra: object) -> str:
     """One JSONL line of the batch format."""
@@ -23,3 +25,9 @@ DEMO_LINES = (
     '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
     '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
 )
+
+
+def money(store: Store) -> tuple[int, int]:
+    """(number of effects, total cents) in the reference ledger of ``store``."""
+    totals = ledger.totals(store)
+    return totals.count, totals.total_cents

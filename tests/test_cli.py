@@ -308,19 +308,45 @@ def test_reading_commands_do_not_modify_the_database(demo_db: Path) -> None:
     assert fingerprint(demo_db) == before
 
 
-def test_dead_lists_attempts_last_error_and_payload(demo_db: Path) -> None:
+TOY_DETAIL = "unsupported category 'toy' (known: bag, book, pen)"
+
+
+def test_dead_lists_attempts_last_error_detail_and_payload(demo_db: Path) -> None:
     letters = ok(demo_db.parent, "--db", DB, "dead", "--json")
     assert len(letters) == 1
     letter = letters[0]
     assert letter["event_id"] == "E0004"
     assert letter["attempts"] == 1
     assert letter["last_error"] == "invalid_payload"
+    assert letter["detail"] == TOY_DETAIL  # new in issue 8: the reason in words beside the code
     assert letter["payload"] == {"category": "toy", "amount_cents": 3000}
+    assert set(letter) == {"event_id", "attempts", "generation", "last_error", "detail", "payload"}
     proc = run(demo_db.parent, "--db", DB, "dead")
     assert proc.returncode == 0 and proc.stderr == ""
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("E0004"))
+    lines = proc.stdout.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith("E0004"))
+    row = lines[index]
     assert "invalid_payload" in row and '"toy"' in row and "3000" in row
     assert row.split()[1] == "1"  # attempts
+    # New in issue 8: each letter with a detail gets a "why:" line under it.
+    assert lines[index + 1] == f"          why: {TOY_DETAIL}"
+    assert len(lines) == index + 2
+
+
+def test_dead_prints_no_why_line_for_a_letter_without_detail(tmp_path: Path) -> None:
+    from queue_core.clock import ModelClock
+    from queue_core.store import Store
+
+    write(tmp_path / "one.jsonl", GOOD_LINE)
+    ok(tmp_path, "--db", DB, "--now", 1000, "enqueue", "one.jsonl")
+    store = Store(tmp_path / DB, clock=ModelClock(1000), create=False)
+    store.fail(store.claim(), "gave_up", permanent=True)  # a code without a detail
+    assert ok(tmp_path, "--db", DB, "dead", "--json")[0]["detail"] is None
+    proc = run(tmp_path, "--db", DB, "dead")
+    assert proc.returncode == 0 and proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert lines[-1].startswith("E0009") and "gave_up" in lines[-1]
+    assert "why:" not in proc.stdout
 
 
 def test_dead_on_a_queue_without_dead_letters(tmp_path: Path) -> None:
@@ -568,8 +594,8 @@ def test_the_spec_demo_by_hand(tmp_path: Path) -> None:
     assert status(tmp_path) == final
 
     letters = cli("dead", "--json")
-    assert [(d["event_id"], d["last_error"], d["payload"]) for d in letters] == [
-        ("E0004", "invalid_payload", {"category": "toy", "amount_cents": 3000})]
+    assert [(d["event_id"], d["last_error"], d["detail"], d["payload"]) for d in letters] == [
+        ("E0004", "invalid_payload", TOY_DETAIL, {"category": "toy", "amount_cents": 3000})]
 
     # Redrive without fixing the cause: dead again, with a new generation.
     assert cli("--now", 1001, "redrive", "E0004") == {"redriven": ["E0004"]}

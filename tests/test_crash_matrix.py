@@ -1,15 +1,16 @@
 """The crash matrix: every write operation, dying at every fault point, two ways.
 
-``queue_core.evidence.crash_matrix`` runs each operation (enqueue, claim, complete,
+``queue_core.testing.matrix.crash_matrix`` runs each operation (enqueue, claim, complete,
 also under idempotency receipts, fail temporary and permanent, redrive) in a real
 child process that dies at
-each fault point the operation reaches, once by ``os._exit`` and once by
-SIGKILL; a fresh worker then finishes the queue and every invariant is
-checked. The run leaves a record in ``test-artifacts/evidence/`` that the page
-"How we know" shows (docs/how-we-know.md).
+each probe point the operation reaches (``store.PROBE_POINTS``), once by
+``os._exit`` and once by SIGKILL; a fresh worker then finishes the queue and
+every invariant is checked. The run leaves a record in
+``test-artifacts/evidence/`` that the page "How we know" shows
+(docs/how-we-know.md).
 
-Also here: the fault points are inert and cheap unless armed and no CLI path
-arms them, and the checker really finds each kind of violation (negative
+Also here: a store without a probe pays nothing for its points and no CLI path
+gives it one, and the checker really finds each kind of violation (negative
 controls), so that "0 violations" means something.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -27,39 +29,59 @@ from pathlib import Path
 
 import pytest
 
-from queue_core import Handler, ModelClock, Store, cli, evidence, faults
-from queue_core._child import CRASH_EXIT_CODE, NOT_REACHED_EXIT_CODE, child_command, run_crashing
-from queue_core.evidence import COMMITTED, ROLLED_BACK, SCENARIOS, check_invariants
+import queue_core
+from queue_core import Handler, ModelClock, Store, cli, ledger
+from queue_core.store import OPERATIONS, PROBE_POINTS
+from queue_core.testing import records
+from queue_core.testing.chaos import QUEUE_CORE
+from queue_core.testing.child import CRASH_EXIT_CODE, NOT_REACHED_EXIT_CODE, child_command, run_crashing
+from queue_core.testing.faults import FaultPlan
+from queue_core.testing.invariants import FileState, check_invariants, finish_queue, losses_and_doubles, read_file
+from queue_core.testing.matrix import (
+    COMMITTED,
+    DEMO_EVENTS,
+    RECEIPT_EVENTS,
+    ROLLED_BACK,
+    SCENARIOS,
+    CrashRow,
+    batch_text,
+    crash_matrix,
+    crash_rows,
+    prepare,
+    run_case,
+    uncovered_points,
+)
 
-PACKAGE = Path(evidence.__file__).parent
+PACKAGE = Path(queue_core.__file__).parent
+RECORDS = Path(__file__).resolve().parent.parent / "test-artifacts" / "evidence"  # the page reads them here
 SCENARIO_KEYS = [s.key for s in SCENARIOS]
 
 
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory: pytest.TempPathFactory) -> list[evidence.CrashRow]:
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> list[CrashRow]:
     folder = tmp_path_factory.mktemp("crash-matrix")
     began = time.monotonic()
-    rows = evidence.crash_matrix(folder)
-    evidence.save_record("crash-matrix", {}, rows, by="tests/test_crash_matrix.py",
-                         seconds=time.monotonic() - began)
+    rows = crash_matrix(folder)
+    records.save_record("crash-matrix", {}, rows, by="tests/test_crash_matrix.py",
+                        seconds=time.monotonic() - began, folder=RECORDS)
     return rows
 
 
-def failures(rows: list[evidence.CrashRow]) -> str:
+def failures(rows: list[CrashRow]) -> str:
     return "\n".join(f"{r.scenario} {r.label} {r.how}: {'; '.join(r.violations)}" for r in rows if not r.ok)
 
 
-def test_every_fault_point_is_crashed_at_both_ways(matrix: list[evidence.CrashRow]) -> None:
-    assert evidence.uncovered_points(matrix) == set()
+def test_every_fault_point_is_crashed_at_both_ways(matrix: list[CrashRow]) -> None:
+    assert uncovered_points(matrix) == set()
     ways = Counter((row.scenario, row.point, row.hit) for row in matrix)
     assert set(ways.values()) == {2}  # each case once by os._exit, once by SIGKILL
-    assert {row.operation for row in matrix} == set(faults.OPERATIONS)
-    assert len(matrix) >= 2 * len(faults.POINTS)
+    assert {row.operation for row in matrix} == set(OPERATIONS)
+    assert len(matrix) >= 2 * len(PROBE_POINTS)
 
 
 @pytest.mark.parametrize("scenario", SCENARIO_KEYS)
 def test_a_crash_anywhere_in_the_operation_loses_nothing_and_doubles_nothing(
-    matrix: list[evidence.CrashRow], scenario: str
+    matrix: list[CrashRow], scenario: str
 ) -> None:
     rows = [row for row in matrix if row.scenario == scenario]
     assert rows
@@ -68,20 +90,20 @@ def test_a_crash_anywhere_in_the_operation_loses_nothing_and_doubles_nothing(
         assert row.total_cents == row.expected_total
 
 
-def test_the_child_really_died_at_the_point(matrix: list[evidence.CrashRow]) -> None:
+def test_the_child_really_died_at_the_point(matrix: list[CrashRow]) -> None:
     for row in matrix:
         assert row.exit_status == (CRASH_EXIT_CODE if row.how == "exit" else -signal.SIGKILL), row
 
 
 def test_before_commit_everything_is_rolled_back_after_commit_everything_stays(
-    matrix: list[evidence.CrashRow],
+    matrix: list[CrashRow],
 ) -> None:
     for row in matrix:
         expected = COMMITTED if row.point.endswith(".after_commit") else ROLLED_BACK
         assert row.after_crash == expected, row
 
 
-def test_the_matrix_takes_each_branch_of_the_specification(matrix: list[evidence.CrashRow]) -> None:
+def test_the_matrix_takes_each_branch_of_the_specification(matrix: list[CrashRow]) -> None:
     finals = {(row.scenario, row.after_crash): row.shown_final for row in matrix}
     # A committed claim that nobody completes costs an attempt: generation 2 finishes it.
     assert finals[("claim", COMMITTED)] == "E0001 done 2/2"
@@ -100,12 +122,14 @@ def test_the_matrix_takes_each_branch_of_the_specification(matrix: list[evidence
     assert finals[("complete-receipt-reused", ROLLED_BACK)] == "E0001 done 1/1, E0002 done 2/2 on E0001's receipt"
 
 
-def test_receipt_completions_die_at_every_point_of_complete_they_reach(matrix: list[evidence.CrashRow]) -> None:
-    complete_points = {p for p in faults.POINTS if p.startswith("complete.")}
+def test_receipt_completions_die_at_every_point_of_complete_they_reach(matrix: list[CrashRow]) -> None:
+    complete_points = {p for p in PROBE_POINTS if p.startswith("complete.")}
     first = {row.point for row in matrix if row.scenario == "complete-receipt-first"}
     reused = {row.point for row in matrix if row.scenario == "complete-receipt-reused"}
     assert first == complete_points  # the effect and the receipt are written
-    assert reused == complete_points - {"complete.after_insert"}  # no effect is written: the receipt proves it
+    # On a reused receipt the handler writes nothing, and returns: after_effect is where its writes
+    # would be, so the child dies there too (and the file is exactly as before).
+    assert reused == complete_points
     for row in matrix:
         if row.scenario.startswith("complete-receipt"):
             assert row.total_cents == row.expected_total == 12000  # the operation counts once
@@ -116,9 +140,9 @@ def test_receipt_completions_die_at_every_point_of_complete_they_reach(matrix: l
 
 def test_a_point_the_operation_never_reaches_is_a_failure_not_a_pass(tmp_path: Path) -> None:
     refused = next(s for s in SCENARIOS if s.key == "complete-refused")
-    prepared = evidence._prepare(refused, tmp_path / "prepare")
-    assert "complete.after_insert" not in {point for point, _, _ in prepared.reached}
-    row = evidence._run_case(prepared, "complete.after_insert", 1, 1, "exit", tmp_path / "case")
+    prepared = prepare(refused, tmp_path / "prepare")
+    assert "complete.after_effect" not in {point for point, _, _ in prepared.reached}
+    row = run_case(prepared, "complete.after_effect", 1, 1, "exit", tmp_path / "case")
     assert row.exit_status == NOT_REACHED_EXIT_CODE
     assert any("exited with 3" in v for v in row.violations)
 
@@ -126,7 +150,8 @@ def test_a_point_the_operation_never_reaches_is_a_failure_not_a_pass(tmp_path: P
 def test_the_child_completes_under_receipts_only_when_asked(tmp_path: Path) -> None:
     db = tmp_path / "q.sqlite3"
     store = Store(db, clock=ModelClock(1000))
-    store.enqueue(evidence.batch_text(evidence.RECEIPT_EVENTS))
+    ledger.install(store)
+    store.enqueue(batch_text(RECEIPT_EVENTS))
     lease = store.claim(2)
     assert lease is not None
     assert "--receipts" not in child_command(db, "complete", lease=lease, now=1000, trace=True)
@@ -135,14 +160,14 @@ def test_the_child_completes_under_receipts_only_when_asked(tmp_path: Path) -> N
     with pytest.raises(ValueError, match="only to complete"):
         child_command(db, "claim", now=1000, trace=True, receipts=True)
     assert subprocess.run(under, capture_output=True, check=False).returncode == 0
-    assert [(r[0], r[1], r[3]) for r in evidence.read_file(db).receipts] == [("north", "order-7:charge", "E0001")]
+    assert [(r[0], r[1], r[3]) for r in read_file(db).receipts] == [("north", "order-7:charge", "E0001")]
 
 
 def test_the_child_refuses_a_point_of_another_operation(tmp_path: Path) -> None:
     db = tmp_path / "q.sqlite3"
     Store(db, clock=ModelClock(1000)).enqueue('{"event_id": "E0001", "payload": {"category": "pen", '
                                               '"amount_cents": 1}}\n')
-    status = run_crashing(db, "claim", now=1000, point="complete.after_insert", capture=True)
+    status = run_crashing(db, "claim", now=1000, point="complete.after_effect", capture=True)
     assert status == 2
     assert Store(db).message("E0001").state == "ready"
 
@@ -152,8 +177,8 @@ def naive_file(tmp_path: Path, sql: str) -> Path:
     tmp_path.mkdir(exist_ok=True)
     db = tmp_path / "q.sqlite3"
     store = Store(db, clock=ModelClock(1000))
-    store.enqueue(evidence.batch_text(evidence.DEMO_EVENTS))
-    evidence.finish_queue(db, 1000)
+    store.enqueue(batch_text(DEMO_EVENTS))
+    finish_queue(db, 1000)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA ignore_check_constraints = ON")
     conn.executescript(sql)
@@ -181,9 +206,9 @@ BROKEN = {
 def test_the_checker_finds_each_kind_of_violation(tmp_path: Path, case: str) -> None:
     sql, expected = BROKEN[case]
     healthy = naive_file(tmp_path / "healthy", "")
-    assert check_invariants(healthy, events=evidence.DEMO_EVENTS, expected_total=17000) == []
+    assert check_invariants(healthy, events=DEMO_EVENTS, expected_total=17000) == []
     broken = naive_file(tmp_path / "broken", sql)
-    found = check_invariants(broken, events=evidence.DEMO_EVENTS)
+    found = check_invariants(broken, events=DEMO_EVENTS)
     assert any(expected in v for v in found), found
 
 
@@ -191,8 +216,8 @@ def receipt_file(tmp_path: Path, sql: str) -> Path:
     """A queue finished under receipts (E0002 ACKed on E0001's receipt), then broken by raw SQL."""
     tmp_path.mkdir(exist_ok=True)
     db = tmp_path / "q.sqlite3"
-    Store(db, clock=ModelClock(1000)).enqueue(evidence.batch_text(evidence.RECEIPT_EVENTS))
-    evidence.finish_queue(db, 1000, receipts=True)
+    Store(db, clock=ModelClock(1000)).enqueue(batch_text(RECEIPT_EVENTS))
+    finish_queue(db, 1000, receipts=True)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA ignore_check_constraints = ON")
     conn.executescript(sql)
@@ -231,34 +256,34 @@ BROKEN_RECEIPTS = {
 def test_the_checker_finds_each_kind_of_receipt_violation(tmp_path: Path, case: str) -> None:
     sql, expected, lost_doubled = BROKEN_RECEIPTS[case]
     healthy = receipt_file(tmp_path / "healthy", "")
-    assert check_invariants(healthy, events=evidence.RECEIPT_EVENTS, expected_total=12000) == []
-    state = evidence.read_file(healthy)
+    assert check_invariants(healthy, events=RECEIPT_EVENTS, expected_total=12000) == []
+    state = read_file(healthy)
     assert [(r[0], r[1], r[3]) for r in state.receipts] == [
         ("north", "order-7:charge", "E0001"), ("south", "order-7:charge", "E0003")]
     assert [e for e, _, _ in state.effects] == ["E0001", "E0003"]  # E0002 is done on E0001's receipt
     valid = {"E0001", "E0002", "E0003"}
-    assert evidence._losses_and_doubles(state, evidence.RECEIPT_EVENTS, valid) == (0, 0)
+    assert losses_and_doubles(state, RECEIPT_EVENTS, valid) == (0, 0)
     broken = receipt_file(tmp_path / "broken", sql)
-    found = check_invariants(broken, events=evidence.RECEIPT_EVENTS)
+    found = check_invariants(broken, events=RECEIPT_EVENTS)
     assert any(expected in v for v in found), found
-    assert evidence._losses_and_doubles(evidence.read_file(broken), evidence.RECEIPT_EVENTS, valid) == lost_doubled
+    assert losses_and_doubles(read_file(broken), RECEIPT_EVENTS, valid) == lost_doubled
 
 
 def test_without_receipts_a_done_message_needs_its_own_effect(tmp_path: Path) -> None:
     # The same file finished by a plain handler: both E0001 and E0002 have an effect and no receipt
     # exists; the receipt rules stay silent and the money counts the operation twice, as it was done.
     db = tmp_path / "q.sqlite3"
-    Store(db, clock=ModelClock(1000)).enqueue(evidence.batch_text(evidence.RECEIPT_EVENTS))
-    evidence.finish_queue(db, 1000)
-    assert evidence.read_file(db).receipts == ()
-    assert check_invariants(db, events=evidence.RECEIPT_EVENTS, expected_total=22000) == []
+    Store(db, clock=ModelClock(1000)).enqueue(batch_text(RECEIPT_EVENTS))
+    finish_queue(db, 1000)
+    assert read_file(db).receipts == ()
+    assert check_invariants(db, events=RECEIPT_EVENTS, expected_total=22000) == []
 
 
 def test_the_checker_finds_doubled_money_and_a_damaged_file(tmp_path: Path) -> None:
     db = naive_file(tmp_path, "")
     assert check_invariants(db, expected_total=27000) == ["money: effects add up to 17000, expected 27000"]
-    state = evidence.read_file(db)
-    doubled = evidence.FileState(state.integrity, 0, state.messages, state.effects + (state.effects[0],))
+    state = read_file(db)
+    doubled = FileState(state.integrity, 0, state.messages, state.effects + (state.effects[0],))
     assert any("with 2 effects (doubled)" in v for v in check_invariants(doubled))
     data = bytearray(db.read_bytes())
     data[4096 + 8: 4096 + 64] = b"\xff" * 56  # overwrite the header of the second page
@@ -269,7 +294,7 @@ def test_the_checker_finds_doubled_money_and_a_damaged_file(tmp_path: Path) -> N
 def test_the_checker_only_reads(tmp_path: Path) -> None:
     db = naive_file(tmp_path, "")
     before = db.read_bytes()
-    check_invariants(db, events=evidence.DEMO_EVENTS, expected_total=17000)
+    check_invariants(db, events=DEMO_EVENTS, expected_total=17000)
     assert db.read_bytes() == before
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
@@ -279,62 +304,86 @@ def test_the_checker_only_reads(tmp_path: Path) -> None:
             conn.close()
 
 
-# --------------------------------------------------- the fault points cost nothing unused
+# ------------------------------------------- probe points cost nothing without a probe
 
 
-def test_an_unarmed_fault_point_costs_well_under_a_microsecond() -> None:
-    assert not faults._armed
+def test_a_point_without_a_probe_costs_well_under_a_microsecond(tmp_path: Path) -> None:
+    store = Store(tmp_path / "q.sqlite3")  # no probe: what the CLI and every application run
+    unarmed = FaultPlan()  # a probe with nothing armed
     calls = 200_000
-    began = time.perf_counter()
-    for _ in range(calls):
-        faults.reach("complete.after_insert")
-    per_call = (time.perf_counter() - began) / calls
-    assert per_call < 1e-6, f"{per_call * 1e9:.0f} ns per unarmed point"
+    for reach in (store._at, unarmed):
+        began = time.perf_counter()
+        for _ in range(calls):
+            reach("complete.after_effect")
+        per_call = (time.perf_counter() - began) / calls
+        assert per_call < 1e-6, f"{per_call * 1e9:.0f} ns per point"
 
 
 def test_nothing_in_queue_core_arms_a_fault_point_except_the_crash_child() -> None:
     arming = set()
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "arm":
-                arming.add(path.name)
-    assert arming == {"_child.py"}
-    faults_source = (PACKAGE / "faults.py").read_text(encoding="utf-8")
+                arming.add(path.relative_to(PACKAGE).as_posix())
+    assert arming == {"testing/child.py"}
+    faults_source = (PACKAGE / "testing" / "faults.py").read_text(encoding="utf-8")
     assert "environ" not in faults_source and "getenv" not in faults_source  # no switch from outside
+    # The protocol, its applications and the CLI never import the proof machinery: a probe comes only
+    # from whoever opens a Store (the demo, which shows a real crash, runs the crashing child).
+    for path in PACKAGE.glob("*.py"):
+        if path.name == "demo.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                assert "testing" not in (node.module or "").split("."), (path.name, node.module)
+                assert all(alias.name != "testing" for alias in node.names), path.name
 
 
-def test_the_cli_offers_no_way_to_a_fault_point(tmp_path: Path) -> None:
+def test_the_cli_offers_no_way_to_a_fault_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cli_source = (PACKAGE / "cli.py").read_text(encoding="utf-8")
-    assert "faults" not in cli_source and "_child" not in cli_source and "evidence" not in cli_source
+    for word in ("testing", "probe", "faults", "_child", "evidence"):
+        assert word not in cli_source, word
     parser = cli.build_parser()
     texts = [parser.format_help()]
-    for action in parser._subparsers._group_actions:  # every command's own help
-        texts += [sub.format_help() for sub in action.choices.values()]
+    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]  # every command's own help
+        texts += [sub.format_help() for sub in action.choices.values()]  # type: ignore[union-attr]
     for text in texts:
-        assert not re.search(r"\bfault|--point|--how|--hit|_child", text), text
-    # The CLI's own process never arms a point, whatever it runs.
+        assert not re.search(r"\bfault|\bprobe|--point|--how|--hit|_child", text), text
+    # The CLI's own process never gives a store a probe, whatever it runs.
+    probes: list[object] = []
+    opened = Store.__init__
+
+    def recording(self: Store, *args: object, **kwargs: object) -> None:
+        probes.append(kwargs.get("probe"))
+        opened(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "__init__", recording)
     db = tmp_path / "q.sqlite3"
     batch = tmp_path / "b.jsonl"
-    batch.write_text(evidence.batch_text(evidence.DEMO_EVENTS), encoding="utf-8")
+    batch.write_text(batch_text(DEMO_EVENTS), encoding="utf-8")
     for argv in (["enqueue", str(batch)], ["work"], ["status"], ["dead"]):
         assert cli.main(["--db", str(db), "--now", "1000", *argv]) == 0
-        assert not faults._armed
+    assert len(probes) >= 4 and set(probes) == {None}
     # The module that can arm points is not a command of queue-core.
-    result = subprocess.run([*evidence.QUEUE_CORE, "_child", "--help"], capture_output=True, text=True)
-    assert result.returncode == 2 and "invalid choice" in result.stderr
+    for name in ("_child", "child", "testing"):
+        result = subprocess.run([*QUEUE_CORE, name, "--help"], capture_output=True, text=True)
+        assert result.returncode == 2 and "invalid choice" in result.stderr
 
 
-def test_the_old_completion_helper_still_builds_the_same_crash(tmp_path: Path) -> None:
+def test_the_completion_helper_builds_the_same_crash(tmp_path: Path) -> None:
     db = tmp_path / "q.sqlite3"
     store = Store(db, clock=ModelClock(1000))
+    ledger.install(store)
     store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
     lease = store.claim(2)
-    assert child_command(db, "complete", lease=lease, now=1000, point="complete.after_insert")[3:6] == [
+    assert lease is not None
+    assert child_command(db, "complete", lease=lease, now=1000, point="complete.after_effect")[3:6] == [
         "complete", str(db), "E0001"]
-    from queue_core._child import run_crashing_completion
-    assert run_crashing_completion(db, lease, 1000) == CRASH_EXIT_CODE
-    assert store.effects() == []
+    from queue_core.testing.child import run_crashing_completion
+    assert run_crashing_completion(db, lease, 1000) == CRASH_EXIT_CODE  # dies at complete.after_effect
+    assert ledger.effects(store) == []
     assert store.complete(lease, Handler()).outcome.value == "done"
+    assert ledger.effects(store) == [("E0001", "pen", 1)]
 
 
 def test_the_page_uses_a_record_only_for_the_same_code_and_parameters(tmp_path: Path) -> None:
@@ -344,11 +393,39 @@ def test_the_page_uses_a_record_only_for_the_same_code_and_parameters(tmp_path: 
         runs.append(1)
         return [len(runs)]
 
-    first = evidence.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)
-    again = evidence.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)
-    assert first["result"] == again["result"] == [1] and len(runs) == 1  # fresh: reused
-    assert evidence.load_record("x", {"n": 2}, folder=tmp_path) is None  # other parameters
+    first = records.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)
+    again = records.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)
+    assert first.result == again.result == [1] and len(runs) == 1  # fresh: reused
+    assert records.load_record("x", {"n": 2}, folder=tmp_path) is None  # other parameters
+    assert records.load_record("y", {"n": 1}, folder=tmp_path) is None  # never recorded
     stale = json.loads((tmp_path / "x.json").read_text(encoding="utf-8"))
     stale["fingerprint"] = "0" * 16  # made for other code
     (tmp_path / "x.json").write_text(json.dumps(stale), encoding="utf-8")
-    assert evidence.recorded("x", {"n": 1}, run, by="test", folder=tmp_path)["result"] == [2]
+    assert records.recorded("x", {"n": 1}, run, by="test", folder=tmp_path).result == [2]
+
+
+def test_a_record_round_trips_the_rows_of_the_matrix(tmp_path: Path) -> None:
+    row = CrashRow("complete", "complete", "complete.after_effect", 1, 1, "sigkill", -9, ROLLED_BACK,
+                   "E0001 leased 1/1", "", "E0001 done 2/2", 15000, 15000, 0, 0, ("a violation",))
+    saved = records.save_record("rows", {}, [row], by="test", seconds=0.0, folder=tmp_path)
+    loaded = records.load_record("rows", {}, folder=tmp_path)
+    assert loaded == saved and loaded is not None
+    assert crash_rows(loaded) == [row]
+    assert loaded.fingerprint == records.fingerprint() and loaded.for_this_code
+
+
+def test_the_fingerprint_changes_with_the_protocol_the_schemas_and_the_proof_machinery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "queue_core"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(records, "PACKAGE", copy)
+    original = records.fingerprint()
+    assert original == records.fingerprint()
+    for name in ("store.py", "ledger.sql", "receipts.sql", "testing/matrix.py", "testing/child.py"):
+        path = copy / name
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text + "\n", encoding="utf-8")
+        assert records.fingerprint() != original, name
+        path.write_text(text, encoding="utf-8")
+    assert records.fingerprint() == original

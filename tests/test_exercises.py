@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from queue_core import MAX_ATTEMPTS, Handler, ModelClock, Store, UnknownEvent, work
+from queue_core import MAX_ATTEMPTS, Handler, ModelClock, Store, UnknownEvent, ledger, work
 from queue_core.demo import run_demo
 
 from .support import DEMO_LINES
@@ -34,6 +34,7 @@ def start_state(folder: Path) -> tuple[Store, ModelClock]:
     """The reference demo's ``final`` state: E0001..E0003 done (17000), E0004 dead."""
     clock = ModelClock(1000)
     store = Store(folder / "queue.sqlite3", clock=clock)
+    ledger.install(store)
     store.enqueue(DEMO_LINES)
     work(store, Handler(), lease_seconds=2)
     return store, clock
@@ -46,9 +47,9 @@ def load(name: str) -> dict[str, Any]:
 
 def observe(store: Store) -> tuple[int, int, dict[str, str], list[tuple[str, str, int]]]:
     """Money, number of effects, each message's state, and the effects themselves."""
-    snapshot = store.status()
+    totals = ledger.totals(store)
     states = {message.event_id: message.state for message in store.messages()}
-    return snapshot.total_cents, snapshot.effects_count, states, store.effects()
+    return totals.total_cents, totals.count, states, ledger.effects(store)
 
 
 BOOK_PEN = [("E0001", "book", 10000), ("E0002", "pen", 2000), ("E0003", "book", 5000)]
@@ -56,7 +57,7 @@ BOOK_PEN = [("E0001", "book", 10000), ("E0002", "pen", 2000), ("E0003", "book", 
 
 def test_the_start_state_is_the_demos_final_snapshot(tmp_path: Path) -> None:
     store, _ = start_state(tmp_path)
-    assert store.status().to_dict() == run_demo(tmp_path).snapshots["final"].to_dict()
+    assert ledger.report(store).to_dict() == run_demo(tmp_path).snapshots["final"].to_dict()
     assert observe(store) == (17000, 3, START, BOOK_PEN)
 
 

@@ -45,6 +45,7 @@ from queue_core import (
     Store,
     canonical_json,
     envelope,
+    ledger,
     parse_batch,
 )
 
@@ -183,6 +184,7 @@ class Seeded:
         self.path = path
         self.clock = ModelClock(1000)
         self.store = Store(path, clock=self.clock)
+        ledger.install(self.store)  # the reference application's effects table
         lines = [json.dumps({"event_id": f"E{n:04d}", "payload": {"category": "book", "amount_cents": n + 1}})
                  for n in range(6)]
         lines.append(json.dumps({"event_id": "E0006", "payload": {"category": "toy", "amount_cents": 1}}))
@@ -226,7 +228,7 @@ class Seeded:
             assert row[1] == event.payload  # stored exactly in canonical form
             assert spec_canonical(json.loads(row[1])) == row[1]
             if event.event_id in new:
-                assert row[2:] == ("ready", 0, 0, self.clock.now(), None, None)
+                assert row[2:] == ("ready", 0, 0, self.clock.now(), None, None, None)  # ... last_error, last_detail
         for event_id, row in stored_before.items():
             assert stored_after[event_id] == row  # nothing stored was touched
         assert {k: v for k, v in after.items() if k != "messages"} == {

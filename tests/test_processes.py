@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from queue_core import Handler, ModelClock, Outcome, StorageError, Store
-from queue_core._child import CRASH_EXIT_CODE, run_crashing_completion
+from queue_core import Handler, ModelClock, Outcome, StorageError, Store, ledger
+from queue_core.testing.child import CRASH_EXIT_CODE, run_crashing_completion
 
 from .support import batch, line
 
@@ -61,6 +61,7 @@ def test_two_competing_clients_get_one_lease(tmp_path: Path) -> None:
 def test_twenty_events_two_consumers_each_effect_once(tmp_path: Path) -> None:
     db, start = tmp_path / "q.sqlite3", tmp_path / "go"
     store = Store(db, clock=ModelClock(1000))
+    ledger.install(store)
     store.enqueue(batch(*(line(f"E{n:04d}", "pen", n) for n in range(1, 21))))
     clients = start_clients("work", db, start, 2)
     start.touch()
@@ -68,9 +69,9 @@ def test_twenty_events_two_consumers_each_effect_once(tmp_path: Path) -> None:
     assert sum(s["done"] for s in summaries) == 20
     assert sum(s["claimed"] for s in summaries) == 20
     assert all(s["lease_lost"] == 0 for s in summaries)
-    effects = store.effects()
+    effects = ledger.effects(store)
     assert [e[0] for e in effects] == [f"E{n:04d}" for n in range(1, 21)]
-    assert store.status().total_cents == sum(range(1, 21))
+    assert ledger.report(store).total_cents == sum(range(1, 21))
     # Nobody claimed a message twice: every generation is still 1.
     assert {(m.state, m.generation) for m in store.messages()} == {("done", 1)}
 
@@ -82,30 +83,32 @@ def test_crash_between_insert_and_commit_loses_nothing_and_doubles_nothing(
     db = tmp_path / "q.sqlite3"
     clock = ModelClock(1000)
     store = Store(db, clock=clock)
+    ledger.install(store)
     store.enqueue(line("E0003", "book", 5000))
     lease = store.claim(lease_seconds=2)
-    status = run_crashing_completion(db, lease, now=1000, point="complete.after_insert", how=how)
+    status = run_crashing_completion(db, lease, now=1000, point="complete.after_effect", how=how)
     assert status == expected_status
     assert integrity(db) == "ok"
     # The uncommitted INSERT is gone; the committed claim is still there.
-    assert store.effects() == []
+    assert ledger.effects(store) == []
     row = store.message("E0003")
     assert (row.state, row.generation, row.lease_until) == ("leased", 1, 1002)
     clock.set(1002)
     again = store.claim(lease_seconds=2)
     assert (again.event_id, again.generation, again.attempt) == ("E0003", 2, 2)
     assert store.complete(again, Handler()).outcome is Outcome.DONE
-    assert store.effects() == [("E0003", "book", 5000)]
+    assert ledger.effects(store) == [("E0003", "book", 5000)]
 
 
 @pytest.mark.parametrize("point", ["complete.after_recheck", "complete.after_update", "complete.before_commit"])
 def test_crash_anywhere_before_commit_rolls_back(tmp_path: Path, point: str) -> None:
     db = tmp_path / "q.sqlite3"
     store = Store(db, clock=ModelClock(1000))
+    ledger.install(store)
     store.enqueue(line("E0001"))
     lease = store.claim(lease_seconds=2)
     assert run_crashing_completion(db, lease, now=1000, point=point) == CRASH_EXIT_CODE
-    assert store.effects() == []
+    assert ledger.effects(store) == []
     assert store.message("E0001").state == "leased"
 
 
@@ -113,10 +116,11 @@ def test_crash_just_after_commit_keeps_the_result(tmp_path: Path) -> None:
     db = tmp_path / "q.sqlite3"
     clock = ModelClock(1000)
     store = Store(db, clock=clock)
+    ledger.install(store)
     store.enqueue(line("E0001"))
     lease = store.claim(lease_seconds=2)
     assert run_crashing_completion(db, lease, now=1000, point="complete.after_commit") == CRASH_EXIT_CODE
-    assert store.effects() == [("E0001", "book", 100)]
+    assert ledger.effects(store) == [("E0001", "book", 100)]
     assert store.message("E0001").state == "done"
     clock.set(2000)
     assert store.claim() is None  # nothing to redo, nothing doubled

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -13,30 +14,29 @@ from queue_core import (
     DEFAULT_CATEGORIES,
     Effect,
     Handler,
+    Lease,
     LeaseLost,
+    Message,
     ModelClock,
     NotDead,
     Outcome,
     PermanentFailure,
     Store,
     TemporaryFailure,
+    Tx,
     UnknownEvent,
-    faults,
+    ledger,
 )
-from queue_core.store import LEASE_EXPIRED
+from queue_core.store import HANDLER_ERROR, LEASE_EXPIRED, MAX_LEASE_SECONDS
+from queue_core.testing.faults import FaultPlan
 
-from .support import batch, line
+from .support import batch, line, money
 
 
 def temporary(code: str = "downstream_unavailable"):
-    def handler(payload: Mapping[str, Any]) -> Effect:
+    def handler(tx: Tx, message: Message) -> None:
         raise TemporaryFailure(code)
     return handler
-
-
-def money(store: Store) -> tuple[int, int]:
-    snapshot = store.status()
-    return snapshot.effects_count, snapshot.total_cents
 
 
 # ------------------------------------------------------------------ claim
@@ -97,9 +97,15 @@ def test_claim_reads_through_the_partial_index(store: Store, db: Path) -> None:
 
 
 def test_claim_rejects_a_bad_lease_length(store: Store) -> None:
-    for bad in (0, -1, True, 1.5):
-        with pytest.raises(ValueError):
-            store.claim(bad)  # type: ignore[arg-type]
+    store.enqueue(line("E0001"))
+    for bad in (0, -1, MAX_LEASE_SECONDS + 1):
+        with pytest.raises(ValueError, match="lease_seconds must be 1.."):
+            store.claim(bad)
+    # A value of the wrong type is a TypeError (it was a ValueError before issue 8).
+    for wrong in (True, 1.5, "2", None):
+        with pytest.raises(TypeError, match="lease_seconds must be an integer"):
+            store.claim(wrong)  # type: ignore[arg-type]
+    assert store.message("E0001").state == "ready"  # nothing was claimed
 
 
 # ------------------------------------------------------------ lease expiry
@@ -145,7 +151,7 @@ def test_old_generation_cannot_complete(store: Store, clock: ModelClock, handler
     with pytest.raises(LeaseLost):
         store.fail(slow, "whatever")
     assert store.complete(fresh, handler).outcome is Outcome.DONE
-    assert store.effects() == [("E0001", "book", 700)]
+    assert ledger.effects(store) == [("E0001", "book", 700)]
 
 
 def test_a_done_message_cannot_be_completed_twice(store: Store, handler: Handler) -> None:
@@ -158,7 +164,6 @@ def test_a_done_message_cannot_be_completed_twice(store: Store, handler: Handler
 
 
 def test_a_lease_for_an_unknown_event_is_refused(store: Store, handler: Handler) -> None:
-    from queue_core import Lease
     with pytest.raises(LeaseLost, match="not in the queue"):
         store.complete(Lease("E0999", 1, 1, 2000), handler)
 
@@ -172,30 +177,30 @@ def test_complete_writes_effect_and_ack_together(store: Store, handler: Handler)
     assert (completion.outcome, completion.error) == (Outcome.DONE, None)
     row = store.message("E0001")
     assert (row.state, row.lease_until) == ("done", None)
-    assert store.effects() == [("E0001", "pen", 2000)]
+    assert ledger.effects(store) == [("E0001", "pen", 2000)]
 
 
 def test_the_effect_comes_from_the_stored_payload(store: Store) -> None:
     store.enqueue(line("E0001", "book", 1234))
     seen: list[Mapping[str, Any]] = []
 
-    def spy(payload: Mapping[str, Any]) -> Effect:
-        seen.append(payload)
-        return Handler()(payload)
+    def spy(tx: Tx, message: Message) -> None:
+        seen.append(message.payload_object)
+        Handler()(tx, message)
 
     store.complete(store.claim(), spy)
     assert seen == [{"category": "book", "amount_cents": 1234}]
+    assert ledger.effects(store) == [("E0001", "book", 1234)]
 
 
-def test_a_failure_during_apply_rolls_back_the_effect(store: Store, handler: Handler) -> None:
+def test_a_failure_during_apply_rolls_back_the_effect(store: Store, db: Path, clock: ModelClock,
+                                                       handler: Handler) -> None:
     store.enqueue(line("E0001"))
     lease = store.claim()
-    faults.arm("complete.after_insert", lambda: (_ for _ in ()).throw(RuntimeError("boom after INSERT")))
-    try:
-        with pytest.raises(RuntimeError, match="boom after INSERT"):
-            store.complete(lease, handler)
-    finally:
-        faults.disarm_all()
+    # The fault point after the handler's writes was "complete.after_insert" before issue 8.
+    plan = FaultPlan().arm("complete.after_effect", lambda: (_ for _ in ()).throw(RuntimeError("boom after INSERT")))
+    with pytest.raises(RuntimeError, match="boom after INSERT"):
+        Store(db, clock=clock, probe=plan).complete(lease, handler)
     assert money(store) == (0, 0)
     row = store.message("E0001")
     assert (row.state, row.generation) == ("leased", 1)  # the claim stays committed
@@ -203,16 +208,22 @@ def test_a_failure_during_apply_rolls_back_the_effect(store: Store, handler: Han
     assert money(store) == (1, 100)
 
 
-def test_a_handler_bug_rolls_back_and_leaves_the_lease_to_expire(store: Store) -> None:
+def test_a_handler_bug_rolls_back_and_is_recorded_as_a_temporary_handler_error(store: Store) -> None:
+    # Before issue 8 the KeyError escaped complete() and the lease was left to expire;
+    # now the store rolls back the handler's writes and records handler_error (retry after backoff).
     store.enqueue(line("E0001"))
     lease = store.claim()
 
-    def buggy(payload: Mapping[str, Any]) -> Effect:
-        raise KeyError("bug")
+    def buggy(tx: Tx, message: Message) -> None:
+        Handler()(tx, message)  # the effect is written...
+        raise KeyError("bug")  # ...and then the handler fails
 
-    with pytest.raises(KeyError):
-        store.complete(lease, buggy)
-    assert store.message("E0001").state == "leased"
+    completion = store.complete(lease, buggy)
+    assert (completion.outcome, completion.error, completion.available_at) == (Outcome.RETRY, HANDLER_ERROR, 1001)
+    assert completion.detail == "KeyError: 'bug'"
+    row = store.message("E0001")
+    assert (row.state, row.lease_until, row.last_error, row.last_detail) == ("ready", None, HANDLER_ERROR,
+                                                                             "KeyError: 'bug'")
     assert money(store) == (0, 0)
 
 
@@ -220,9 +231,9 @@ def test_the_lease_is_checked_again_after_the_insert(store: Store, clock: ModelC
     store.enqueue(line("E0001"))
     lease = store.claim(lease_seconds=2)
 
-    def slow(payload: Mapping[str, Any]) -> Effect:
+    def slow(tx: Tx, message: Message) -> None:
+        Handler()(tx, message)
         clock.set(1002)  # the work took until the lease ended
-        return Handler()(payload)
 
     with pytest.raises(LeaseLost, match="ended at 1002"):
         store.complete(lease, slow)
@@ -239,15 +250,21 @@ def test_caller_writes_join_the_completion_transaction(store: Store, db: Path, h
         conn.close()
     store.enqueue(line("E0001"))
     lease = store.claim()
+    # The explicit form: fenced check, the caller's own writes, then complete_tx (re-check + ACK).
     with pytest.raises(RuntimeError):
         with store.transaction() as tx:
-            store.complete_tx(tx, lease, handler)
+            message = store.leased_tx(tx, lease)
+            handler(tx, message)
             tx.execute("INSERT INTO audit VALUES (?)", (lease.event_id,))
+            store.complete_tx(tx, lease)
             raise RuntimeError("the caller changes its mind")
     assert money(store) == (0, 0)
+    assert store.message("E0001").state == "leased"
     with store.transaction() as tx:
-        store.complete_tx(tx, lease, handler)
+        message = store.leased_tx(tx, lease)
+        handler(tx, message)
         tx.execute("INSERT INTO audit VALUES (?)", (lease.event_id,))
+        assert store.complete_tx(tx, lease).outcome is Outcome.DONE
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("SELECT event_id FROM audit").fetchall() == [("E0001",)]
@@ -275,26 +292,28 @@ def test_caller_writes_join_the_completion_transaction(store: Store, db: Path, h
 def test_handler_refuses_bad_business_fields_cleanly(payload_extra: dict, reason: str) -> None:
     payload = {"category": "book", "amount_cents": 100, **payload_extra}
     with pytest.raises(PermanentFailure, match=reason) as info:
-        Handler()(payload)
+        Handler().effect(payload)
     assert info.value.code == "invalid_payload"
 
 
 @pytest.mark.parametrize("amount", [1, 9_999_999])
 def test_handler_accepts_amount_boundaries(amount: int) -> None:
-    assert Handler()({"category": "bag", "amount_cents": amount}) == Effect("bag", amount)
+    assert Handler().effect({"category": "bag", "amount_cents": amount}) == Effect("bag", amount)
 
 
 def test_handler_categories_are_extendable() -> None:
     assert DEFAULT_CATEGORIES == {"book", "pen", "bag"}
-    assert Handler.with_categories({"toy"})({"category": "toy", "amount_cents": 3}) == Effect("toy", 3)
+    assert Handler.with_categories({"toy"}).effect({"category": "toy", "amount_cents": 3}) == Effect("toy", 3)
 
 
 def test_permanent_failure_goes_dead_at_once_keeping_the_event(store: Store, handler: Handler) -> None:
     store.enqueue(line("E0004", "toy", 3000))
     completion = store.complete(store.claim(), handler)
     assert (completion.outcome, completion.error) == (Outcome.DEAD, "invalid_payload")
+    assert completion.detail == "unsupported category 'toy' (known: bag, book, pen)"
     row = store.message("E0004")
     assert (row.state, row.attempts, row.last_error, row.lease_until) == ("dead", 1, "invalid_payload", None)
+    assert row.last_detail == completion.detail
     assert row.payload_object == {"category": "toy", "amount_cents": 3000}
     assert [m.event_id for m in store.dead_letters()] == ["E0004"]
     assert money(store) == (0, 0)
@@ -337,6 +356,7 @@ def test_three_silent_deaths_spend_the_budget(store: Store, clock: ModelClock) -
     assert lease.event_id == "E0002"
     row = store.message("E0001")
     assert (row.state, row.attempts, row.last_error, row.lease_until) == ("dead", 3, LEASE_EXPIRED, None)
+    assert row.last_detail == "the lease of claim 3 of 3 ended at 1030 with no completion"
 
 
 def test_failures_and_silent_deaths_share_one_budget(store: Store, clock: ModelClock) -> None:
@@ -357,11 +377,25 @@ def test_permanent_fail_via_api(store: Store) -> None:
     assert (completion.outcome, store.message("E0001").attempts) == (Outcome.DEAD, 1)
 
 
+def test_a_failure_keeps_its_detail_next_to_its_code(store: Store) -> None:
+    store.enqueue(batch(line("E0001"), line("E0002")))
+    retry = store.fail(store.claim(), "flaky", detail="the shipping API answered 503")
+    assert (retry.outcome, retry.error, retry.detail) == (Outcome.RETRY, "flaky", "the shipping API answered 503")
+    dead = store.fail(store.claim(), "bad_data", permanent=True, detail="no such customer")
+    assert (dead.outcome, dead.detail) == (Outcome.DEAD, "no such customer")
+    assert [(m.event_id, m.last_error, m.last_detail) for m in store.messages()] == [
+        ("E0001", "flaky", "the shipping API answered 503"), ("E0002", "bad_data", "no such customer")]
+    [letter] = store.dead_letters()
+    assert letter.last_detail == "no such customer"
+
+
 def test_a_failure_needs_a_code(store: Store) -> None:
     store.enqueue(line("E0001"))
     lease = store.claim()
     with pytest.raises(ValueError, match="error code"):
         store.fail(lease, "")
+    with pytest.raises(TypeError, match="detail must be a string"):
+        store.fail(lease, "flaky", detail=42)  # type: ignore[arg-type]
     assert store.message("E0001").state == "leased"
 
 
@@ -422,7 +456,6 @@ def test_a_worker_of_the_previous_cycle_cannot_ack_after_redrive(store: Store, c
     assert fresh.attempt == 1 and stale.attempt == 3
     assert fresh.generation == stale.generation + 1
     # Same attempt numbering restarts; the generation does not.
-    from queue_core import Lease
     lookalike = Lease("E0001", stale.generation, 1, fresh.lease_until)
     with pytest.raises(LeaseLost, match="stale"):
         store.complete(lookalike, Handler())
@@ -468,6 +501,8 @@ def test_caller_transaction_rolls_back_an_enqueue(store: Store) -> None:
     "INSERT INTO messages (event_id, payload, state, available_at) VALUES ('E0009', '[1]', 'ready', 0)",
     "INSERT INTO messages (event_id, payload, state, available_at) VALUES ('E0009', '{}', 'ready', 'ten')",
     "INSERT INTO messages (event_id, payload, state, attempts, available_at) VALUES ('E0009', '{}', 'ready', 1.5, 0)",
+    # A detail needs the code it explains (schema version 2).
+    "INSERT INTO messages (event_id, payload, state, available_at, last_detail) VALUES ('E0009', '{}', 'ready', 0, 'x')",
     "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0404', 'book', 1)",
     "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'book', 0)",
     "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'book', 1)",  # second effect
@@ -484,20 +519,36 @@ def test_schema_refuses_impossible_rows(store: Store, db: Path, handler: Handler
         conn.close()
 
 
-def test_tables_are_strict_with_the_contract_columns(store: Store, db: Path) -> None:
-    conn = sqlite3.connect(db)
-    try:
-        tables = {name: strict for name, strict in conn.execute(
+def tables(db: Path) -> dict[str, int]:
+    with closing(sqlite3.connect(db)) as conn:
+        return {name: strict for name, strict in conn.execute(
             "SELECT name, strict FROM pragma_table_list WHERE schema = 'main' AND name NOT LIKE 'sqlite_%'")}
+
+
+def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock) -> None:
+    queue = Store(db, clock=clock)
+    # Schema version 2: the queue's own tables are messages and receipts; the
+    # ledger's effects table is the reference application's, added by ledger.install.
+    assert tables(db) == {"messages": 1, "receipts": 1}
+    ledger.install(queue)
+    ledger.install(queue)  # idempotent
+    with closing(sqlite3.connect(db)) as conn:
         columns = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in ("messages", "effects")}
         fks = conn.execute("PRAGMA foreign_key_list(effects)").fetchall()
-    finally:
-        conn.close()
-    assert tables == {"messages": 1, "effects": 1}
+    assert tables(db) == {"messages": 1, "receipts": 1, "effects": 1}
     assert columns["messages"] == ["event_id", "payload", "state", "attempts", "generation",
-                                   "available_at", "lease_until", "last_error"]
+                                   "available_at", "lease_until", "last_error", "last_detail"]
     assert columns["effects"] == ["event_id", "category", "amount_cents"]
     assert [(fk[2], fk[3], fk[4]) for fk in fks] == [("messages", "event_id", "event_id")]
+
+
+def test_completing_with_the_ledger_needs_it_installed(db: Path, clock: ModelClock) -> None:
+    queue = Store(db, clock=clock)
+    queue.enqueue(line("E0001"))
+    completion = queue.complete(queue.claim(), Handler())  # no effects table: the INSERT fails, nothing escapes
+    assert (completion.outcome, completion.error) == (Outcome.RETRY, HANDLER_ERROR)
+    assert "no such table: effects" in completion.detail
+    assert ledger.totals(queue).count == 0 and "effects" not in tables(db)
 
 
 def test_connections_are_configured_and_closed(store: Store, db: Path) -> None:
@@ -523,7 +574,7 @@ def test_a_refusal_after_the_lease_ended_is_itself_refused(
     store.enqueue(line("E0001"))
     lease = store.claim(lease_seconds=2)
 
-    def slow_refusal(payload: Mapping[str, Any]) -> Effect:
+    def slow_refusal(tx: Tx, message: Message) -> None:
         clock.set(1002)  # the handler took until the lease ended, then refused
         raise failure
 
@@ -531,3 +582,25 @@ def test_a_refusal_after_the_lease_ended_is_itself_refused(
         store.complete(lease, slow_refusal)
     row = store.message("E0001")
     assert (row.state, row.last_error, row.generation) == ("leased", None, 1)  # nothing recorded
+
+
+# ------------------------------------------------------------ wrong types
+
+def test_wrong_types_get_a_type_error_with_a_clear_message(store: Store, handler: Handler) -> None:
+    with pytest.raises(TypeError, match="enqueue takes JSONL text"):
+        store.enqueue({"event_id": "E0001", "payload": {}})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"claim\(\) returned None"):
+        store.complete(None, handler)  # type: ignore[arg-type]
+    store.enqueue(line("E0001"))
+    lease = store.claim()
+    with pytest.raises(TypeError, match="handler must be callable"):
+        store.complete(lease, "Handler")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected a Lease"):
+        store.fail("E0001", "flaky")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="redrive takes a list"):
+        store.redrive("E0001")
+    with pytest.raises(TypeError, match="Store\\(\\) takes a file path"):
+        Store(42)  # type: ignore[arg-type]
+    row = store.message("E0001")
+    assert (row.state, row.generation, row.last_error) == ("leased", 1, None)  # nothing was recorded
+    assert store.complete(lease, handler).outcome is Outcome.DONE

@@ -24,14 +24,35 @@ def test_readme_console_session_prints_what_it_shows(tmp_path: Path) -> None:
         assert (output, status) == (command.expected, command.expected_status), command.line
 
 
-def test_readme_python_block_runs(tmp_path: Path) -> None:
+def test_readme_python_block_runs_twice_in_the_same_folder(tmp_path: Path) -> None:
     (code,) = re.findall(r"```python\n(.*?)```", README, re.S)
-    out = io.StringIO()
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, "README.md", "exec"), {})
+        for run in ("first run", "second run, same file"):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, "README.md", "exec"), {})
+            assert out.getvalue() == "done 10000\n", run
     finally:
         os.chdir(cwd)
-    assert out.getvalue() == "done 10000\n"
+
+
+def test_readme_module_table_matches_the_package() -> None:
+    section = README.split("## Where things are", 1)[1].split("\n## ", 1)[0]
+    named: set[str] = set()
+    for row in re.findall(r"^\| (.+?) \|", section, re.M):
+        folder = ""
+        for token in re.findall(r"`([^`]+)`", row):
+            if "/" in token:
+                folder = token.rsplit("/", 1)[0] + "/" if not token.endswith("/") else ""
+                named.add(token)
+            elif folder:
+                named.add(folder + token)  # `ledger.py`, `ledger.sql`: the same folder as the path before
+    for path in named:
+        assert (ROOT / path).exists(), f"README names {path}, which does not exist"
+    package = ROOT / "queue_core"
+    files = {f"queue_core/{p.name}" for p in package.iterdir()
+             if p.suffix in (".py", ".sql") and p.name not in ("__init__.py", "__main__.py")}
+    files |= {f"queue_core/{p.name}/" for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert files <= named, f"not in README's table: {sorted(files - named)}"

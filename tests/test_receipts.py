@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from queue_core import (
-    Effect,
     Handler,
     InvalidReceipt,
     LeaseLost,
+    Message,
     ModelClock,
     OperationConflict,
     Outcome,
@@ -35,20 +35,22 @@ from queue_core import (
     ReceiptHandler,
     Store,
     TemporaryFailure,
-    faults,
+    Tx,
+    ledger,
     receipts,
     work,
 )
+from queue_core.testing.faults import FaultPlan
 
-from .support import batch
+from .support import batch, money
 
 NORTH, OP = "north", "order-7:charge"
 
 
 # ---------------------------------------------------------------- helpers
 
-def ledger(store: Store) -> None:
-    """A table of the caller's own effects, in the queue database."""
+def own_ledger(store: Store) -> None:
+    """A table of the caller's own effects (named ``ledger``), in the queue database."""
     with store.transaction() as tx:
         tx.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, tenant TEXT, operation TEXT, cents INTEGER) STRICT")
 
@@ -85,30 +87,26 @@ def order(event_id: str, operation: str = OP, tenant: str = NORTH, category: str
     return event(event_id, tenant=tenant, operation=operation, category=category, amount_cents=amount_cents)
 
 
-def money(store: Store) -> tuple[int, int]:
-    snapshot = store.status()
-    return snapshot.effects_count, snapshot.total_cents
-
-
 def states(store: Store) -> dict[str, str]:
     return {m.event_id: m.state for m in store.messages()}
 
 
 @contextmanager
-def armed(point: str, error: Exception) -> Iterator[None]:
+def armed(store: Store, point: str, error: Exception) -> Iterator[Store]:
+    """A second Store on the same file whose probe raises ``error`` at ``point``."""
     def boom() -> None:
         raise error
-    faults.arm(point, boom)
+    plan = FaultPlan().arm(point, boom)
     try:
-        yield
+        yield Store(store.path, clock=store.clock, probe=plan)
     finally:
-        faults.disarm_all()
+        plan.disarm_all()
 
 
 # ------------------------------------------------------- the receipt alone
 
 def test_first_record_writes_effect_and_receipt_together(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     calls: list[int] = []
     with store.transaction() as tx:
         recorded = charge(tx, calls=calls)
@@ -118,7 +116,7 @@ def test_first_record_writes_effect_and_receipt_together(store: Store, db: Path)
 
 
 def test_a_repeat_with_the_same_payload_reuses_the_effect_and_says_so(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     with store.transaction() as tx:
         first = charge(tx)
     calls: list[int] = []
@@ -132,7 +130,7 @@ def test_a_repeat_with_the_same_payload_reuses_the_effect_and_says_so(store: Sto
 
 
 def test_the_same_key_with_another_payload_is_a_conflict_and_changes_nothing(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     with store.transaction() as tx:
         charge(tx, cents=500)
     before = rows(db, "SELECT * FROM receipts"), rows(db, "SELECT * FROM ledger")
@@ -152,7 +150,7 @@ def test_the_same_key_with_another_payload_is_a_conflict_and_changes_nothing(sto
 
 
 def test_tenants_are_separate_namespaces(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     with store.transaction() as tx:
         north = charge(tx, tenant="north", cents=500)
         south = charge(tx, tenant="south", cents=700)  # same operation name, another tenant
@@ -169,7 +167,7 @@ def test_tenants_are_separate_namespaces(store: Store, db: Path) -> None:
 
 
 def test_a_failure_inside_the_transaction_rolls_back_receipt_and_effect(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     with pytest.raises(RuntimeError, match="after the receipt"):
         with store.transaction() as tx:
             charge(tx)
@@ -181,7 +179,7 @@ def test_a_failure_inside_the_transaction_rolls_back_receipt_and_effect(store: S
 
 
 def test_a_failing_effect_writes_no_receipt(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
 
     def broken() -> str:
         raise RuntimeError("the effect failed")
@@ -193,7 +191,7 @@ def test_a_failing_effect_writes_no_receipt(store: Store, db: Path) -> None:
 
 
 def test_the_effect_must_name_itself(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     with pytest.raises(TypeError, match="reference"):
         with store.transaction() as tx:
             receipts.record(tx, NORTH, OP, {"cents": 500}, lambda: 7)  # type: ignore[arg-type, return-value]
@@ -204,6 +202,13 @@ def test_a_plain_sqlite_connection_inside_begin_works_too(tmp_path: Path) -> Non
     db = tmp_path / "app.sqlite3"
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         conn.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, tenant TEXT, operation TEXT, cents INTEGER)")
+        # Not a queue database: the receipts table is created once, inside a transaction.
+        with pytest.raises(ValueError, match="inside the caller's transaction"):
+            receipts.create_table(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        receipts.create_table(conn)
+        receipts.create_table(conn)  # idempotent
+        conn.execute("COMMIT")
         for expected in (False, True):
             conn.execute("BEGIN IMMEDIATE")
             assert charge(conn).reused is expected
@@ -249,7 +254,7 @@ def test_a_payload_without_a_canonical_form_is_refused_with_a_code(store: Store,
 
 
 def test_the_canonical_payload_keeps_types(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     with store.transaction() as tx:
         receipts.record(tx, NORTH, "a", {"b": 1, "a": [1, "x"]}, lambda: "e1")
         with pytest.raises(OperationConflict):
@@ -259,9 +264,11 @@ def test_the_canonical_payload_keeps_types(store: Store, db: Path) -> None:
 
 
 def test_receipts_table_is_strict_with_a_tenant_operation_key(store: Store, db: Path) -> None:
-    assert receipts.stored(store) == []  # reading does not create the table
-    assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'receipts'") == []
-    ledger(store)
+    # Since schema version 2 the table is part of every queue database from its creation
+    # (before, the first record created it lazily and reading found none).
+    assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'receipts'") == [("receipts",)]
+    assert receipts.stored(store) == []
+    own_ledger(store)
     with store.transaction() as tx:
         charge(tx)
     assert rows(db, "SELECT strict FROM pragma_table_list WHERE name = 'receipts'") == [(1,)]
@@ -293,7 +300,7 @@ CRASHING_RECORD = textwrap.dedent("""
 
 
 def test_a_process_dying_before_commit_leaves_neither_receipt_nor_effect(store: Store, db: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     result = subprocess.run([sys.executable, "-c", CRASHING_RECORD, str(db)], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 86, result.stderr
@@ -321,7 +328,7 @@ RACING_RECORD = textwrap.dedent("""
 
 
 def test_two_processes_racing_on_one_operation_make_one_effect(store: Store, db: Path, tmp_path: Path) -> None:
-    ledger(store)
+    own_ledger(store)
     start = tmp_path / "go"
     racers = [subprocess.Popen([sys.executable, "-c", RACING_RECORD, str(db), str(start)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
@@ -350,7 +357,7 @@ def test_one_operation_under_two_event_ids_with_a_receipt_makes_one_effect(store
     assert (summary.claimed, summary.done) == (2, 2)
     assert states(store) == {"E0001": "done", "E0002": "done"}
     assert money(store) == (1, 10000)
-    assert store.effects() == [("E0001", "book", 10000)]
+    assert ledger.effects(store) == [("E0001", "book", 10000)]
     [receipt] = receipts.stored(store)
     assert (receipt.tenant, receipt.operation, receipt.effect) == (NORTH, OP, "E0001")
 
@@ -361,9 +368,9 @@ def test_the_repeat_is_acked_on_the_proof_of_the_receipt(store: Store) -> None:
     first = store.complete(store.claim(), handler)
     seen: list[Mapping[str, Any]] = []
 
-    def spy(payload: Mapping[str, Any]) -> Effect:
-        seen.append(payload)
-        return Handler()(payload)
+    def spy(tx: Tx, message: Message) -> None:
+        seen.append(message.payload_object)
+        Handler()(tx, message)
 
     second = store.complete(store.claim(), ReceiptHandler(spy))
     assert (first.outcome, second.outcome) == (Outcome.DONE, Outcome.DONE)
@@ -397,7 +404,9 @@ def test_a_payload_without_a_key_is_a_dead_letter(store: Store) -> None:
     store.enqueue(event("E0001", category="book", amount_cents=100))  # no tenant, no operation
     work(store, ReceiptHandler(Handler()))
     dead = store.message("E0001")
-    assert (dead.state, dead.last_error) == ("dead", "invalid_payload")
+    # One key validation, one code (before issue 8 this case was "invalid_payload").
+    assert (dead.state, dead.last_error) == ("dead", "invalid_receipt_key")
+    assert dead.last_detail is not None and "tenant" in dead.last_detail
     assert money(store) == (0, 0) and receipts.stored(store) == []
 
 
@@ -415,7 +424,7 @@ def test_handler_failures_under_a_receipt_write_no_receipt(store: Store) -> None
     toy = store.complete(store.claim(), handler)
     assert (toy.outcome, toy.error) == (Outcome.DEAD, "invalid_payload")
 
-    def unavailable(payload: Mapping[str, Any]) -> Effect:
+    def unavailable(tx: Tx, message: Message) -> None:
         raise TemporaryFailure("downstream_unavailable")
 
     retry = store.complete(store.claim(), ReceiptHandler(unavailable))
@@ -439,9 +448,9 @@ def test_a_lease_lost_during_the_work_rolls_back_receipt_and_effect(store: Store
     store.enqueue(order("E0001"))
     lease = store.claim(lease_seconds=2)
 
-    def slow(payload: Mapping[str, Any]) -> Effect:
+    def slow(tx: Tx, message: Message) -> None:
+        Handler()(tx, message)
         clock.set(1002)  # the work took until the lease ended
-        return Handler()(payload)
 
     with pytest.raises(LeaseLost, match="ended at 1002"):
         store.complete(lease, ReceiptHandler(slow))
@@ -449,54 +458,96 @@ def test_a_lease_lost_during_the_work_rolls_back_receipt_and_effect(store: Store
     assert store.message("E0001").state == "leased"
 
 
-@pytest.mark.parametrize("point", ["complete.after_insert", "complete.after_recheck", "complete.after_update",
+# "complete.after_effect" (after the handler's writes) was "complete.after_insert" before issue 8.
+@pytest.mark.parametrize("point", ["complete.after_effect", "complete.after_recheck", "complete.after_update",
                                    "complete.before_commit"])
 def test_a_failure_anywhere_in_the_completion_rolls_back_receipt_effect_and_ack(store: Store, point: str) -> None:
     store.enqueue(order("E0001"))
     lease = store.claim()
-    with armed(point, RuntimeError(f"boom at {point}")):
+    with armed(store, point, RuntimeError(f"boom at {point}")) as faulty:
         with pytest.raises(RuntimeError, match="boom"):
-            store.complete(lease, ReceiptHandler(Handler()))
+            faulty.complete(lease, ReceiptHandler(Handler()))
     assert receipts.stored(store) == [] and money(store) == (0, 0)
     assert store.message("E0001").state == "leased"
     assert store.complete(lease, ReceiptHandler(Handler())).outcome is Outcome.DONE
     assert money(store) == (1, 10000) and len(receipts.stored(store)) == 1
 
 
-def test_no_ack_without_an_effect_row_behind_the_receipt(store: Store, db: Path) -> None:
-    # A receipt written by other code, naming an effect that is not in `effects`,
-    # proves nothing to the queue: the message is not ACKed.
+def foreign_receipt(store: Store) -> None:
+    """A receipt written by other code, naming an effect that is not in ``effects``."""
     with store.transaction() as tx:
         receipts.record(tx, NORTH, OP, {"tenant": NORTH, "operation": OP, "category": "book",
                                          "amount_cents": 10000}, lambda: "somewhere-else/1")
+
+
+def test_no_ack_without_an_effect_row_behind_the_receipt(store: Store, db: Path) -> None:
+    # With an effect check the receipt must name an existing effect: otherwise it
+    # proves nothing to the queue and the message is not ACKed. (Before issue 8
+    # the store always checked the ledger; now the check is given to the wrapper.)
+    foreign_receipt(store)
     store.enqueue(order("E0001"))
-    completion = store.complete(store.claim(), ReceiptHandler(Handler()))
+    completion = store.complete(store.claim(), ReceiptHandler(Handler(), effect_exists=ledger.has_effect))
     assert (completion.outcome, completion.error) == (Outcome.DEAD, "receipt_without_effect")
+    assert "somewhere-else/1" in completion.detail
     assert money(store) == (0, 0)
 
 
-def test_caller_writes_join_a_completion_under_a_receipt(store: Store) -> None:
-    ledger(store)
+def test_without_an_effect_check_the_receipt_alone_is_the_proof(store: Store, db: Path) -> None:
+    foreign_receipt(store)
+    store.enqueue(order("E0001"))
+    completion = store.complete(store.claim(), ReceiptHandler(Handler()))
+    assert completion.outcome is Outcome.DONE
+    assert money(store) == (0, 0)  # the known operation's effect is not written a second time
+    assert [r.effect for r in receipts.stored(store)] == ["somewhere-else/1"]
+
+
+def test_the_effect_check_passes_for_a_receipt_of_the_queue(store: Store) -> None:
+    store.enqueue(batch(order("E0001"), order("E0002")))
+    summary = work(store, ReceiptHandler(Handler(), effect_exists=ledger.has_effect))
+    assert (summary.done, summary.dead) == (2, 0)
+    assert money(store) == (1, 10000)
+
+
+def test_caller_writes_join_a_completion_under_a_receipt(store: Store, db: Path) -> None:
+    own_ledger(store)
     store.enqueue(order("E0001"))
     lease = store.claim()
+    # The explicit form: fenced check, the receipt handler and the caller's own SQL, then complete_tx.
     with pytest.raises(RuntimeError):
         with store.transaction() as tx:
-            store.complete_tx(tx, lease, ReceiptHandler(Handler()))
+            message = store.leased_tx(tx, lease)
+            ReceiptHandler(Handler())(tx, message)
+            tx.execute("INSERT INTO ledger (tenant, operation, cents) VALUES (?, ?, ?)", (NORTH, OP, 1))
+            store.complete_tx(tx, lease)
             raise RuntimeError("the caller changes its mind")
     assert receipts.stored(store) == [] and money(store) == (0, 0)
+    assert rows(db, "SELECT count(*) FROM ledger") == [(0,)]
     assert store.message("E0001").state == "leased"
+    with store.transaction() as tx:
+        message = store.leased_tx(tx, lease)
+        ReceiptHandler(Handler())(tx, message)
+        tx.execute("INSERT INTO ledger (tenant, operation, cents) VALUES (?, ?, ?)", (NORTH, OP, 1))
+        assert store.complete_tx(tx, lease).outcome is Outcome.DONE
+    assert money(store) == (1, 10000) and len(receipts.stored(store)) == 1
+    assert rows(db, "SELECT count(*) FROM ledger") == [(1,)]
 
 
-def test_a_receipt_handler_is_not_a_bare_handler() -> None:
-    with pytest.raises(TypeError, match="Store.complete"):
-        ReceiptHandler(Handler())({"category": "book", "amount_cents": 1})
+def test_a_receipt_handler_is_a_hook_not_a_payload_rule() -> None:
+    # Before issue 8 a ReceiptHandler refused to be called with a payload, pointing to
+    # Store.complete; now it is a hook handler(tx, message) like any other, and the
+    # old one-argument call is a plain TypeError.
+    with pytest.raises(TypeError, match="message"):
+        ReceiptHandler(Handler())({"category": "book", "amount_cents": 1})  # type: ignore[call-arg]
 
 
-def test_a_plain_queue_has_no_receipts_table_until_one_is_used(store: Store, db: Path) -> None:
+def test_a_plain_queue_has_an_empty_receipts_table_from_the_start(store: Store, db: Path) -> None:
+    # Before issue 8 the table appeared with the first receipt; now it is part of the
+    # queue's versioned schema (schema.sql + receipts.sql) from the file's creation.
+    assert rows(db, "SELECT strict FROM pragma_table_list WHERE name = 'receipts'") == [(1,)]
     store.enqueue(order("E0001"))
     work(store, Handler())
-    assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'receipts'") == []
+    assert receipts.stored(store) == []
     store.enqueue(order("E0002", operation="op-2"))
     work(store, ReceiptHandler(Handler()))
-    assert rows(db, "SELECT strict FROM pragma_table_list WHERE name = 'receipts'") == [(1,)]
+    assert [r.effect for r in receipts.stored(store)] == ["E0002"]
     assert Store(db, create=False).status().messages == {"done": 2}  # still a valid queue database

@@ -37,8 +37,9 @@ from queue_core import (
     StorageError,
     Store,
     WrongPath,
+    ledger,
 )
-from queue_core.store import SCHEMA_VERSION
+from queue_core.database import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = 1000
@@ -57,6 +58,7 @@ def line(event_id: str, **payload: Any) -> str:
 def build_queue(path: Path) -> None:
     """A queue with a message in every state, an effect and an open lease; all connections closed."""
     store = Store(path, clock=ModelClock(NOW))
+    ledger.install(store)  # the reference application's effects table, as the CLI installs it
     store.enqueue("\n".join([line("E0000", category="toy", amount_cents=3000)]
                             + [line(f"E{n:04d}", category="book", amount_cents=100 * n) for n in range(1, 6)]))
     store.complete(store.claim(100), Handler())  # E0000: dead (toy)
@@ -83,6 +85,7 @@ OPERATIONS: dict[str, Callable[[Store], Any]] = {
 WRITES = list(OPERATIONS)
 READS: dict[str, Callable[[Store], Any]] = {
     "status": lambda s: s.status(),
+    "report": lambda s: ledger.report(s),
     "messages": lambda s: s.messages(),
     "dead_letters": lambda s: s.dead_letters(),
 }
@@ -517,7 +520,7 @@ def test_a_write_lock_held_past_the_timeout(tmp_path: Path, lock_holder) -> None
         assert info.value.code == "database_busy", (name, info.value.code)
         assert str(db) in info.value.message
     # WAL: readers are not blocked by a writer, and see the last committed state.
-    snapshot = impatient(db).status()
+    snapshot = ledger.report(impatient(db))
     assert dict(snapshot.messages) == {"ready": 3, "leased": 1, "done": 1, "dead": 1}
     assert (snapshot.effects_count, snapshot.total_cents) == (1, 100)
     batch = tmp_path / "one.jsonl"
@@ -607,10 +610,12 @@ def test_a_file_that_is_not_a_queue_database(tmp_path: Path, kind: str) -> None:
             keep.close()
 
 
-def test_a_file_that_claims_to_be_a_queue_but_has_no_tables(tmp_path: Path) -> None:
-    """Only a forged header gets this far: a clean StorageError, never a crash, nothing changed."""
+@pytest.mark.parametrize("version", [1, SCHEMA_VERSION], ids=["older-version-to-migrate", "current-version"])
+def test_a_file_that_claims_to_be_a_queue_but_has_no_tables(tmp_path: Path, version: int) -> None:
+    """Only a forged header gets this far: a clean StorageError, never a crash, nothing changed
+    (not by the migration of an older version, not by the CLI installing the ledger's table)."""
     db = tmp_path / "forged.sqlite3"
-    _queue_header_without_tables(db, SCHEMA_VERSION)
+    _queue_header_without_tables(db, version)
     print_before = fingerprint(db)
     for name, operation in {**OPERATIONS, **READS}.items():
         with pytest.raises(StorageError) as info:

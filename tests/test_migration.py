@@ -1,0 +1,404 @@
+"""Schema version 1 files are migrated to version 2 on open, in one transaction.
+
+A version-1 database is built here by hand, exactly as the v1 code made it
+(``git show HEAD~1:queue_core/schema.sql``, copied below; v1 created the
+receipts table lazily with the first receipt), filled with rows in every
+state, and then opened with ``Store(...)``. Real SQLite files in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queue_core import (
+    Handler,
+    Lease,
+    ModelClock,
+    Outcome,
+    ReceiptHandler,
+    StorageError,
+    Store,
+    WrongPath,
+    database,
+    ledger,
+    receipts,
+)
+
+from .support import line
+
+# queue_core/schema.sql of version 1, verbatim.
+V1_SCHEMA = """\
+-- queue_core schema, version 1 (PRAGMA user_version = 1).
+-- STRICT tables: SQLite refuses a value of the wrong type instead of storing it.
+-- The CHECKs make impossible states unstorable, even for a client that
+-- bypasses the protocol with raw SQL.
+
+CREATE TABLE messages (
+    event_id     TEXT    PRIMARY KEY
+                 CHECK (length(event_id) = 5 AND event_id GLOB 'E[0-9][0-9][0-9][0-9]'),
+    payload      TEXT    NOT NULL CHECK (json_valid(payload) AND json_type(payload) = 'object'),
+    state        TEXT    NOT NULL DEFAULT 'ready'
+                 CHECK (state IN ('ready', 'leased', 'done', 'dead')),
+    attempts     INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    generation   INTEGER NOT NULL DEFAULT 0 CHECK (generation >= 0),
+    available_at INTEGER NOT NULL CHECK (available_at >= 0),
+    -- A lease deadline exists exactly while the message is leased.
+    lease_until  INTEGER CHECK ((state = 'leased') = (lease_until IS NOT NULL)),
+    last_error   TEXT    CHECK (last_error IS NULL OR length(last_error) > 0),
+    -- A dead message always says why.
+    CHECK (state <> 'dead' OR last_error IS NOT NULL)
+) STRICT;
+
+-- Claim reads only ready and leased rows, in claim order; done and dead rows
+-- (which stay forever for deduplication) are not in this index at all.
+CREATE INDEX messages_claimable
+    ON messages (available_at, event_id)
+    WHERE state IN ('ready', 'leased');
+
+CREATE TABLE effects (
+    event_id     TEXT    PRIMARY KEY REFERENCES messages (event_id),
+    category     TEXT    NOT NULL CHECK (length(category) > 0),
+    amount_cents INTEGER NOT NULL CHECK (amount_cents > 0)
+) STRICT;
+"""
+
+# receipts.SQL_CREATE of version 1, run inside the transaction of the first receipts.record.
+V1_RECEIPTS = """
+CREATE TABLE IF NOT EXISTS receipts (
+    tenant    TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 200),
+    operation TEXT NOT NULL CHECK (length(operation) BETWEEN 1 AND 200),
+    payload   TEXT NOT NULL CHECK (json_valid(payload)),
+    effect    TEXT NOT NULL CHECK (length(effect) > 0),
+    PRIMARY KEY (tenant, operation)
+) STRICT
+"""
+
+V1_APPLICATION_ID = 0x51436F72
+
+# (event_id, payload, state, attempts, generation, available_at, lease_until, last_error):
+# every state, and each way of reaching it, as v1 stored them (canonical payloads).
+V1_MESSAGES = [
+    ("E0001", '{"amount_cents":10000,"category":"book"}', "done", 1, 1, 1000, None, None),
+    ("E0002", '{"amount_cents":2000,"category":"pen"}', "ready", 1, 1, 1001, None, "downstream_unavailable"),
+    ("E0003", '{"amount_cents":5000,"category":"book"}', "leased", 1, 1, 1000, 1002, None),
+    ("E0004", '{"amount_cents":3000,"category":"toy"}', "dead", 1, 1, 1000, None, "invalid_payload"),
+    ("E0005", '{"amount_cents":700,"category":"bag"}', "ready", 0, 0, 1000, None, None),
+    ("E0006", '{"amount_cents":800,"category":"pen"}', "dead", 3, 3, 1000, None, "lease_expired"),
+    ("E0007", '{"amount_cents":900,"category":"book","operation":"op-7","tenant":"north"}',
+     "done", 1, 1, 1000, None, None),
+    ("E0008", '{"amount_cents":400,"category":"toy"}', "ready", 0, 2, 1500, None, "invalid_payload"),  # redriven
+    ("E0009", '{"amount_cents":300,"category":"pen"}', "leased", 2, 2, 1001, 1031, "timeout"),  # retried, claimed
+]
+V1_EFFECTS = [("E0001", "book", 10000), ("E0007", "book", 900)]
+V1_RECEIPT_ROWS = [("north", "op-7", '{"amount_cents":900,"category":"book","operation":"op-7","tenant":"north"}',
+                    "E0007")]
+
+
+def v1_statements(text: str) -> list[str]:
+    """Split like v1's ``_schema_statements`` (executescript would COMMIT first)."""
+    statements, current = [], ""
+    for part in text.splitlines(keepends=True):
+        if part.lstrip().startswith("--") and not current.strip():
+            continue
+        current += part
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    return statements
+
+
+def v1_connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=2, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA busy_timeout = 2000")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def make_v1(path: Path, *, with_receipts: bool = True, rows: bool = True) -> Path:
+    """A version-1 queue file, created as v1's ``Store._initialise`` did, then used as v1 did."""
+    with closing(v1_connect(path)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in v1_statements(V1_SCHEMA):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {V1_APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode = WAL")
+        if rows:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)", V1_MESSAGES)
+            conn.executemany("INSERT INTO effects VALUES (?, ?, ?)", V1_EFFECTS)
+            conn.execute("COMMIT")
+        if with_receipts:
+            conn.execute("BEGIN IMMEDIATE")  # v1: the first receipts.record created the table lazily
+            conn.execute(V1_RECEIPTS)
+            conn.executemany("INSERT INTO receipts VALUES (?, ?, ?, ?)", V1_RECEIPT_ROWS)
+            conn.execute("COMMIT")
+    return path
+
+
+def select(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def header_version(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[60:64], "big")
+
+
+def columns(path: Path, table: str) -> list[str]:
+    return [r[1] for r in select(path, f"PRAGMA table_info({table})")]
+
+
+def fingerprint(path: Path) -> tuple[bytes, int, list[str]]:
+    """Bytes and mtime of the file, and what lies beside it (no -wal, -shm or -journal left)."""
+    return path.read_bytes(), path.stat().st_mtime_ns, sorted(p.name for p in path.parent.iterdir())
+
+
+MESSAGE_COLUMNS = "event_id, payload, state, attempts, generation, available_at, lease_until, last_error"
+
+
+@pytest.fixture
+def v1(tmp_path: Path) -> Path:
+    return make_v1(tmp_path / "v1.sqlite3")
+
+
+# ------------------------------------------------------------- the fixture
+
+def test_the_hand_built_file_is_a_version_1_queue(v1: Path) -> None:
+    assert header_version(v1) == 1
+    assert select(v1, "PRAGMA application_id") == [(database.APPLICATION_ID,)]
+    assert select(v1, "PRAGMA journal_mode") == [("wal",)]
+    assert "last_detail" not in columns(v1, "messages")
+    assert {state for (_, _, state, *_) in V1_MESSAGES} == {"ready", "leased", "done", "dead"}
+    assert select(v1, f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id") == V1_MESSAGES
+    assert not v1.with_name(v1.name + "-wal").exists()  # closed cleanly, as v1 left it
+
+
+# --------------------------------------------------------------- migration
+
+def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> None:
+    index_sql = select(v1, "SELECT sql FROM sqlite_master WHERE name = 'messages_claimable'")
+    Store(v1, clock=ModelClock(1000))
+    assert header_version(v1) == database.SCHEMA_VERSION == 2
+    assert select(v1, "PRAGMA user_version") == [(2,)]
+    assert select(v1, "PRAGMA application_id") == [(database.APPLICATION_ID,)]
+    assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail"]
+    # Every row keeps its meaning: the same values, and no detail was invented.
+    assert select(v1, f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id") == V1_MESSAGES
+    assert select(v1, "SELECT count(*) FROM messages WHERE last_detail IS NOT NULL") == [(0,)]
+    assert select(v1, "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id") == V1_EFFECTS
+    assert select(v1, "SELECT tenant, operation, payload, effect FROM receipts") == V1_RECEIPT_ROWS
+    # The claim index is still there, unchanged, and claim still reads through it.
+    assert select(v1, "SELECT sql FROM sqlite_master WHERE name = 'messages_claimable'") == index_sql != []
+    plan = " ".join(r[3] for r in select(v1, """EXPLAIN QUERY PLAN SELECT event_id FROM messages
+        WHERE state IN ('ready', 'leased') AND available_at <= 5 AND (state = 'ready' OR lease_until <= 5)
+        ORDER BY available_at, event_id LIMIT 1"""))
+    assert "messages_claimable" in plan
+    assert select(v1, "PRAGMA integrity_check") == [("ok",)]
+    assert select(v1, "PRAGMA foreign_key_check") == []
+    assert select(v1, "PRAGMA journal_mode") == [("wal",)]
+    assert not v1.with_name(v1.name + "-wal").exists()  # every connection was closed
+
+
+def test_the_migrated_file_works_as_a_version_2_queue(v1: Path) -> None:
+    clock = ModelClock(1000)
+    store = Store(v1, clock=clock)
+    assert store.status().messages == {"ready": 3, "leased": 2, "done": 2, "dead": 2}
+    assert ledger.totals(store).to_dict() == {"count": 2, "total_cents": 10900, "by_category": {"book": 10900}}
+    assert [(r.tenant, r.operation, r.effect) for r in receipts.stored(store)] == [("north", "op-7", "E0007")]
+    # A lease handed out by v1 is still fenced by its generation and deadline.
+    assert store.complete(Lease("E0003", 1, 1, 1002), Handler()).outcome is Outcome.DONE
+    # Claim order and backoff survive: E0005 is due now, E0002 at 1001, E0008 at 1500.
+    lease = store.claim()
+    assert (lease.event_id, lease.generation, lease.attempt) == ("E0005", 1, 1)
+    failed = store.fail(lease, "flaky", detail="written into the new column")
+    assert store.message("E0005").last_detail == failed.detail == "written into the new column"
+    # The receipts table of v1 works under ReceiptHandler: a repeat of op-7 writes no second effect.
+    store.enqueue(line("E0010", "book", 900, operation="op-7", tenant="north"))
+    clock.set(1001)
+    done = []
+    while (lease := store.claim()) is not None:
+        handler = ReceiptHandler(Handler()) if lease.event_id == "E0010" else Handler()
+        done.append((lease.event_id, lease.attempt, store.complete(lease, handler).outcome))
+    # By available_at, then event id: E0010 (1000), then E0002 and E0005 (both due at 1001).
+    assert done == [("E0010", 1, Outcome.DONE), ("E0002", 2, Outcome.DONE), ("E0005", 2, Outcome.DONE)]
+    assert ledger.totals(store).to_dict() == {  # E0010 reused E0007's effect
+        "count": 5, "total_cents": 10000 + 900 + 5000 + 2000 + 700,
+        "by_category": {"bag": 700, "book": 15900, "pen": 2000}}
+    assert [r.effect for r in receipts.stored(store)] == ["E0007"]
+    # The new column's rule holds in the migrated table too: a detail needs its code.
+    with closing(sqlite3.connect(v1)) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE messages SET last_detail = 'why' WHERE event_id = 'E0001'")
+
+
+def test_a_version_1_file_that_never_had_a_receipt_gets_the_receipts_table(tmp_path: Path) -> None:
+    path = make_v1(tmp_path / "plain.sqlite3", with_receipts=False)
+    assert select(path, "SELECT name FROM sqlite_master WHERE name = 'receipts'") == []
+    store = Store(path, clock=ModelClock(1000))
+    assert select(path, "SELECT strict FROM pragma_table_list WHERE name = 'receipts'") == [(1,)]
+    assert receipts.stored(store) == []
+    assert select(path, f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id") == V1_MESSAGES
+    # The migrated tables are the ones a new file gets.
+    fresh = tmp_path / "fresh.sqlite3"
+    Store(fresh)
+    for table in ("messages", "receipts"):
+        assert select(path, f"PRAGMA table_info({table})") == select(fresh, f"PRAGMA table_info({table})"), table
+        assert select(path, f"PRAGMA index_list({table})") == select(fresh, f"PRAGMA index_list({table})"), table
+    strict = "SELECT name, strict FROM pragma_table_list WHERE name IN ('messages', 'receipts') ORDER BY name"
+    assert select(path, strict) == select(fresh, strict) == [("messages", 1), ("receipts", 1)]
+
+
+def test_an_empty_version_1_file_migrates(tmp_path: Path) -> None:
+    path = make_v1(tmp_path / "empty.sqlite3", with_receipts=False, rows=False)
+    store = Store(path, clock=ModelClock(1000), create=False)  # migration is not creation
+    assert header_version(path) == 2
+    assert store.status().messages == {}
+    store.enqueue(line("E0001"))
+    assert store.complete(store.claim(), Handler()).outcome is Outcome.DONE  # v1's effects table is the ledger's
+    assert ledger.effects(store) == [("E0001", "book", 100)]
+
+
+def test_opening_the_migrated_file_again_is_a_no_op(v1: Path) -> None:
+    Store(v1, clock=ModelClock(1000))
+    before = fingerprint(v1)
+    Store(v1, clock=ModelClock(1000))
+    Store(v1, clock=ModelClock(2000), create=False)
+    assert fingerprint(v1) == before
+    assert header_version(v1) == 2
+
+
+def test_ledger_install_on_a_migrated_file_keeps_the_v1_effects(v1: Path) -> None:
+    store = Store(v1, clock=ModelClock(1000))
+    ledger.install(store)  # CREATE TABLE IF NOT EXISTS: the v1 table is kept
+    assert ledger.effects(store) == V1_EFFECTS
+
+
+# ------------------------------------------------------ failure and refusal
+
+def test_a_migration_that_fails_part_way_leaves_the_file_byte_identical(v1: Path) -> None:
+    # A conflicting object: an index named like the table the second step creates. The
+    # first step (ALTER TABLE messages ADD COLUMN last_detail) succeeds, the second fails.
+    first, second = database.MIGRATIONS[2]
+    assert first.startswith("ALTER TABLE messages ADD COLUMN last_detail") and second == "receipts.sql"
+    with closing(v1_connect(v1)) as conn:
+        conn.execute("CREATE INDEX receipts_by_effect ON receipts (effect)")
+        conn.execute("DROP TABLE receipts")  # drops its index as well
+        conn.execute("CREATE INDEX receipts ON messages (state)")
+    before = fingerprint(v1)
+    with pytest.raises(StorageError) as info:
+        Store(v1, clock=ModelClock(1000))
+    assert "receipts" in info.value.message
+    assert fingerprint(v1) == before
+    assert header_version(v1) == 1
+    assert "last_detail" not in columns(v1, "messages")  # the first step was rolled back with the rest
+    assert select(v1, f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id") == V1_MESSAGES
+    # Remove the conflict, and the same file migrates.
+    with closing(v1_connect(v1)) as conn:
+        conn.execute("DROP INDEX receipts")
+    Store(v1, clock=ModelClock(1000))
+    assert header_version(v1) == 2 and "last_detail" in columns(v1, "messages")
+
+
+def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
+    v1: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file cannot be made read-only for root by its mode bits, so the store's
+    # connection is opened read-only by SQLite itself (mode=ro): a real refusal to write.
+    opened: list[str] = []
+
+    def read_only(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
+        opened.append(str(path))
+        conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                               timeout=busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        return conn
+
+    before = v1.read_bytes(), v1.stat().st_mtime_ns
+    monkeypatch.setattr(database, "connect", read_only)
+    with pytest.raises(StorageError) as info:
+        Store(v1, clock=ModelClock(1000))
+    monkeypatch.undo()
+    assert opened, "the migration did not go through database.connect"
+    assert info.value.code == "read_only", info.value
+    assert (v1.read_bytes(), v1.stat().st_mtime_ns) == before
+    # A read-only connection to a WAL file leaves SQLite's -wal/-shm beside it; the WAL holds no frame.
+    wal = v1.with_name(v1.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert header_version(v1) == 1
+    Store(v1, clock=ModelClock(1000))  # with a writable connection, the same file migrates
+    assert header_version(v1) == 2
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="mode bits do not stop root")
+def test_a_read_only_file_is_not_migrated_and_left_byte_identical(v1: Path) -> None:
+    v1.chmod(0o444)
+    try:
+        before = fingerprint(v1)
+        with pytest.raises(StorageError):
+            Store(v1, clock=ModelClock(1000))
+        assert fingerprint(v1) == before
+    finally:
+        v1.chmod(0o644)
+
+
+def bump_version(path: Path, version: int) -> None:
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")  # so that the header on disk says it
+        conn.execute(f"PRAGMA user_version = {version}")
+
+
+@pytest.mark.parametrize("start", ["v1", "v2"])
+def test_a_newer_schema_version_is_refused_and_the_file_untouched(tmp_path: Path, start: str) -> None:
+    path = tmp_path / "newer.sqlite3"
+    if start == "v1":
+        make_v1(path)
+    else:
+        Store(path, clock=ModelClock(1000)).enqueue(line("E0001"))
+    newer = database.SCHEMA_VERSION + 1
+    bump_version(path, newer)
+    before = fingerprint(path)
+    for create in (True, False):
+        with pytest.raises(WrongPath) as info:
+            Store(path, clock=ModelClock(1000), create=create)
+        assert info.value.code == "schema_too_new"
+        assert str(newer) in info.value.message and str(path) in info.value.message
+        assert fingerprint(path) == before
+
+
+def test_a_newer_version_still_only_in_the_wal_is_refused(tmp_path: Path) -> None:
+    # Another client (a newer queue_core) has committed its upgrade, but only to the WAL.
+    path = tmp_path / "q.sqlite3"
+    Store(path, clock=ModelClock(1000)).enqueue(line("E0001"))
+    main_before = path.read_bytes()
+    with closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        holder.execute("PRAGMA wal_autocheckpoint = 0")
+        holder.execute(f"PRAGMA user_version = {database.SCHEMA_VERSION + 1}")
+        assert header_version(path) == database.SCHEMA_VERSION  # the header on disk is stale
+        with pytest.raises(WrongPath) as info:
+            Store(path, clock=ModelClock(1000))
+        assert info.value.code == "schema_too_new"
+        assert path.read_bytes() == main_before
+
+
+def test_prepare_checks_the_version_again_under_the_write_lock(tmp_path: Path) -> None:
+    # Between inspect() and prepare() another process may have moved the file on.
+    path = make_v1(tmp_path / "raced.sqlite3")
+    bump_version(path, database.SCHEMA_VERSION + 1)
+    before = fingerprint(path)
+    conn = database.connect(path, busy_timeout_ms=2000)
+    try:
+        with pytest.raises(WrongPath) as info:
+            database.prepare(conn, path)
+        assert info.value.code == "schema_too_new"
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+    assert fingerprint(path) == before
