@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, ModelClock, Store
-from queue_core._child import run_crashing_completion
+from queue_core import Handler, ModelClock, Store, ledger
+from queue_core.testing.child import run_crashing_completion
 
 SALE = 10000  # E0001: a book sold for 100.00, to be counted exactly once
 
@@ -66,13 +66,14 @@ def one_transaction(folder: Path) -> tuple[int, str, int, str, int]:
     db = folder / "queue_core.sqlite3"
     clock = ModelClock(1000)
     store = Store(db, clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": %d}}' % SALE)
     lease = store.claim(lease_seconds=2)
-    status = run_crashing_completion(db, lease, now=clock.now())  # dies after its INSERT
-    state_after_crash, total_after_crash = store.message("E0001").state, store.status().total_cents
+    status = run_crashing_completion(db, lease, now=clock.now())  # dies after the handler's INSERT
+    state_after_crash, total_after_crash = store.message("E0001").state, ledger.report(store).total_cents
     clock.set(lease.lease_until)  # the dead worker's lease runs out...
     store.complete(store.claim(lease_seconds=2), Handler())  # ...and the message is handed out again
-    return status, state_after_crash, total_after_crash, store.message("E0001").state, store.status().total_cents
+    return status, state_after_crash, total_after_crash, store.message("E0001").state, ledger.report(store).total_cents
 
 
 with tempfile.TemporaryDirectory() as tmp:

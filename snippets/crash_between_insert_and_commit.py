@@ -1,9 +1,9 @@
 """A real process dies between INSERT and COMMIT; then one dies just after COMMIT.
 
 Part 1: E0003 is claimed (committed). A separate OS process completes that
-lease: BEGIN IMMEDIATE, the checks, the INSERT of the effect, and then it dies
-with os._exit(86) before COMMIT (set HOW = "sigkill" to kill it with SIGKILL
-instead). Right after, before any connection opens the file, we read the WAL
+lease: BEGIN IMMEDIATE, the checks, the handler's INSERT of the effect, and
+then it dies with os._exit(86) before COMMIT (set HOW = "sigkill" to kill it
+with SIGKILL instead). Right after, before any connection opens the file, we read the WAL
 file's raw bytes (how many frames, how many commit records) and compare the
 database file with its bytes before the child ran. Then the lease runs out,
 the message is claimed again with a new generation, and completed.
@@ -18,8 +18,8 @@ import struct
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, ModelClock, Store
-from queue_core._child import run_crashing_completion
+from queue_core import Handler, ModelClock, Store, ledger
+from queue_core.testing.child import run_crashing_completion
 
 HOW = "exit"  # or "sigkill"
 
@@ -55,11 +55,12 @@ def story(point: str) -> None:
         db = Path(tmp) / "queue.sqlite3"
         clock = ModelClock(1000)
         store = Store(db, clock=clock)
+        ledger.install(store)  # the reference application's effects table
         store.enqueue('{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}')
 
         def show(step: str) -> None:
             m = store.message("E0003")
-            effects = ", ".join(f"{e} {c} {a}" for e, c, a in store.effects()) or "none"
+            effects = ", ".join(f"{e} {c} {a}" for e, c, a in ledger.effects(store)) or "none"
             print(f"  t={clock.now()} {step}")
             print(f"         E0003 {m.state}, generation {m.generation}, lease_until {m.lease_until}; "
                   f"effects: {effects}")
@@ -83,6 +84,6 @@ def story(point: str) -> None:
 
 
 print("1. crash between INSERT and COMMIT")
-story("complete.after_insert")
+story("complete.after_effect")
 print("2. crash just after COMMIT")
 story("complete.after_commit")

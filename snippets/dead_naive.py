@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, ModelClock, Store, work
+from queue_core import Handler, ModelClock, Store, ledger, work
 
 EVENTS = [
     {"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}},
@@ -97,10 +97,11 @@ with tempfile.TemporaryDirectory() as tmp:
 
     print("queue_core:")
     store = Store(Path(tmp) / "queue.sqlite3", clock=ModelClock(1000))
+    ledger.install(store)  # the reference application's effects table
     store.enqueue("".join(json.dumps(e) + "\n" for e in EVENTS))
     print(f"  {work(store, Handler()).to_dict()}")
     for m in store.dead_letters():
         print(f"  dead: {m.event_id} attempts={m.attempts} last_error={m.last_error}")
         print(f"        payload as stored: {m.payload}")
     held = sum(m.payload_object["amount_cents"] for m in store.dead_letters())
-    print(f"  total {store.status().total_cents}; the dead letters keep the other {held} cents")
+    print(f"  total {ledger.report(store).total_cents}; the dead letters keep the other {held} cents")

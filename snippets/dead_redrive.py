@@ -13,11 +13,12 @@ Run: python dead_redrive.py   (needs queue_core installed; leaves nothing behind
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, ModelClock, NotDead, Store, UnknownEvent
+from queue_core import Handler, ModelClock, NotDead, Store, UnknownEvent, ledger
 
 with tempfile.TemporaryDirectory() as tmp:
     clock = ModelClock(1000)
     store = Store(Path(tmp) / "queue.sqlite3", clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue(
         '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
         '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
@@ -53,4 +54,4 @@ with tempfile.TemporaryDirectory() as tmp:
     show("redrive E0004 again")
     show(f"claim + handler knows toy: {claim_and_complete(Handler.with_categories({'toy'}))}")
     print(f"last_error of E0004 now: {store.message('E0004').last_error}")
-    print(f"effects: {store.effects()}")
+    print(f"effects: {ledger.effects(store)}")

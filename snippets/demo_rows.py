@@ -10,7 +10,7 @@ Run: python demo_rows.py   (needs queue_core installed; leaves nothing behind)
 import tempfile
 from pathlib import Path
 
-from queue_core import ModelClock, Store
+from queue_core import ModelClock, Store, ledger
 from queue_core.demo import run_demo
 
 with tempfile.TemporaryDirectory() as folder:
@@ -24,7 +24,7 @@ with tempfile.TemporaryDirectory() as folder:
               f"{m.last_error or '-'}")
     print()
     print("event_id  category  amount_cents")
-    for event_id, category, amount_cents in store.effects():
+    for event_id, category, amount_cents in ledger.effects(store):
         print(f"{event_id:<9} {category:<9} {amount_cents:>12}")
     print()
-    print("matches the last snapshot:", store.status() == result.snapshots["after_redrive"])
+    print("matches the last snapshot:", ledger.report(store) == result.snapshots["after_redrive"])

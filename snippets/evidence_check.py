@@ -1,11 +1,11 @@
 """Check the invariants yourself: a real SIGKILL inside a completion, a fresh worker, the checker.
 
 The reference batch is enqueued and E0001 is claimed. A separate OS process
-completes that lease and is killed with SIGKILL right after its INSERT of the
-effect (fault point complete.after_insert), before COMMIT. The checker reads
-the file (read-only) straight after the crash, then a fresh worker finishes the
-queue and the checker reads it again, this time with everything the producer
-sent and the money it must add up to.
+completes that lease and is killed with SIGKILL right after its handler wrote
+the effect (probe point complete.after_effect), before COMMIT. The checker
+reads the file (read-only) straight after the crash, then a fresh worker
+finishes the queue and the checker reads it again, this time with everything
+the producer sent and the money it must add up to.
 
 Run: python evidence_check.py   (needs queue_core; leaves nothing behind)
 """
@@ -14,9 +14,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from queue_core import ModelClock, Store
-from queue_core._child import run_crashing
-from queue_core.evidence import check_invariants, finish_queue
+from queue_core import ModelClock, Store, ledger
+from queue_core.testing.child import run_crashing
+from queue_core.testing.invariants import check_invariants, finish_queue
 
 EVENTS = {
     "E0001": {"category": "book", "amount_cents": 10000},
@@ -29,14 +29,15 @@ BATCH = "".join(json.dumps({"event_id": e, "payload": p}) + "\n" for e, p in EVE
 with tempfile.TemporaryDirectory() as folder:
     db = Path(folder) / "queue.sqlite3"
     store = Store(db, clock=ModelClock(1000))
+    ledger.install(store)  # the reference application's effects table
     store.enqueue(BATCH)
     lease = store.claim(lease_seconds=2)
-    status = run_crashing(db, "complete", lease=lease, now=1000, point="complete.after_insert", how="sigkill")
-    print(f"the child completing {lease.event_id} died at complete.after_insert: exit status {status}")
+    status = run_crashing(db, "complete", lease=lease, now=1000, point="complete.after_effect", how="sigkill")
+    print(f"the child completing {lease.event_id} died at complete.after_effect: exit status {status}")
 
     row = store.message("E0001")
     print(f"E0001 after the crash: {row.state}, attempts {row.attempts}, generation {row.generation}")
-    print("effects after the crash:", store.effects())
+    print("effects after the crash:", ledger.effects(store))
     print("violations (not finished yet):", check_invariants(db, finished=False))
 
     finished_at = finish_queue(db, now=1000)  # a fresh worker; model time jumps past the lease
@@ -44,5 +45,5 @@ with tempfile.TemporaryDirectory() as folder:
     print(f"a fresh worker finished the queue at model second {finished_at}")
     print(f"E0001 now: {row.state}, attempts {row.attempts}, generation {row.generation}")
     expected = sum(p["amount_cents"] for p in EVENTS.values() if p["category"] != "toy")
-    print(f"money: {store.status().total_cents} (expected {expected})")
+    print(f"money: {ledger.totals(store).total_cents} (expected {expected})")
     print("violations:", check_invariants(db, events=EVENTS, expected_total=expected))

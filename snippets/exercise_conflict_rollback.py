@@ -12,7 +12,7 @@ Run: python exercise_conflict_rollback.py   (needs queue_core installed; leaves 
 import tempfile
 from pathlib import Path
 
-from queue_core import BatchRejected, Handler, ModelClock, Store, UnknownEvent, parse_batch, work
+from queue_core import BatchRejected, Handler, ModelClock, Store, UnknownEvent, ledger, parse_batch, work
 from queue_core.demo import DEMO_BATCH, LEASE_SECONDS, START
 
 NEW = '{"event_id": "E0005", "payload": {"category": "pen", "amount_cents": 2000}}\n'
@@ -23,6 +23,7 @@ def reference_state(folder):
     """The demo's `final` snapshot: E0001-E0003 done, E0004 (toy) dead."""
     clock = ModelClock(START)
     store = Store(Path(folder) / "queue.sqlite3", clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue(DEMO_BATCH)
     work(store, Handler(), lease_seconds=LEASE_SECONDS)
     return store, clock
@@ -30,7 +31,7 @@ def reference_state(folder):
 
 def check(store, total_cents, effects, **states):
     """Money, number of effects and states, together."""
-    snapshot = store.status()
+    snapshot = ledger.report(store)
     print(f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
           f"states: {snapshot.to_dict()['messages']}")
     assert snapshot.total_cents == total_cents

@@ -12,7 +12,7 @@ Run: python exercise_dlq_metric.py   (needs queue_core installed; leaves nothing
 import tempfile
 from pathlib import Path
 
-from queue_core import MAX_ATTEMPTS, Handler, ModelClock, Store, TemporaryFailure, work
+from queue_core import MAX_ATTEMPTS, Handler, ModelClock, Store, TemporaryFailure, ledger, work
 from queue_core.demo import DEMO_BATCH, LEASE_SECONDS, START
 
 
@@ -20,6 +20,7 @@ def reference_state(folder):
     """The demo's `final` snapshot: E0001-E0003 done, E0004 (toy) dead."""
     clock = ModelClock(START)
     store = Store(Path(folder) / "queue.sqlite3", clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue(DEMO_BATCH)
     work(store, Handler(), lease_seconds=LEASE_SECONDS)
     return store, clock
@@ -27,7 +28,7 @@ def reference_state(folder):
 
 def check(store, total_cents, effects, **states):
     """Money, number of effects and states, together."""
-    snapshot = store.status()
+    snapshot = ledger.report(store)
     print(f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
           f"states: {snapshot.to_dict()['messages']}")
     assert snapshot.total_cents == total_cents
@@ -42,7 +43,7 @@ def dlq_metrics(store):
             "attempts_max": max(attempts, default=0)}
 
 
-def unavailable(payload):
+def unavailable(tx, message):
     raise TemporaryFailure("downstream_unavailable", "the service does not answer")
 
 

@@ -12,19 +12,20 @@ Run it in an empty folder with queue_core installed: python fencing_generation.p
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, LeaseLost, ModelClock, Store
+from queue_core import Handler, LeaseLost, ModelClock, Store, ledger
 
 clock = ModelClock(1000)
 refusal = ""
 
 with tempfile.TemporaryDirectory() as folder:
     store = Store(Path(folder) / "queue.sqlite3", clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}')
 
     def row(who: str, result: str) -> None:
         m = store.message("E0001")
         print(f"{clock.now():>4}  {who:<17} {result:<24} {m.generation:>10} "
-              f"{m.state:<6} {store.status().total_cents:>11}")
+              f"{m.state:<6} {ledger.report(store).total_cents:>11}")
 
     print(f"{'now':>4}  {'who':<17} {'result':<24} {'generation':>10} {'state':<6} {'total_cents':>11}")
     a = store.claim(lease_seconds=2)
@@ -42,4 +43,4 @@ with tempfile.TemporaryDirectory() as folder:
     print()
     print("A was refused:")
     print(f"  {refusal}")
-    print(f"effects: {store.effects()}")
+    print(f"effects: {ledger.effects(store)}")

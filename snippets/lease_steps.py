@@ -10,13 +10,14 @@ Run it in an empty folder with queue_core installed: python lease_steps.py
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, LeaseLost, ModelClock, Store
+from queue_core import Handler, LeaseLost, ModelClock, Store, ledger
 
 clock = ModelClock(1000)  # model seconds: the example never sleeps and always prints the same
 refusal = ""
 
 with tempfile.TemporaryDirectory() as folder:
     store = Store(Path(folder) / "queue.sqlite3", clock=clock)
+    ledger.install(store)  # the reference application's effects table
 
     def row(step: str, result: object) -> None:
         m = store.message("E0001")
@@ -49,4 +50,4 @@ with tempfile.TemporaryDirectory() as folder:
     row("B: complete", store.complete(second, Handler()).outcome.value)
     print()
     print(f"A was refused: {refusal}")
-    print(f"effects: {store.effects()}")
+    print(f"effects: {ledger.effects(store)}")

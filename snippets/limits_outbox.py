@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, LeaseLost, ModelClock, Outcome, Store
+from queue_core import Handler, LeaseLost, ModelClock, Store, ledger
 
 LINE = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
 
@@ -23,6 +23,7 @@ with tempfile.TemporaryDirectory() as folder:
     folder = Path(folder)
     clock = ModelClock(1000)
     store = Store(folder / "queue.sqlite3", clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue(LINE)
     with store.transaction() as tx:  # the outbox lives in the queue file, so it can join the ACK
         tx.execute("CREATE TABLE outbox (key TEXT PRIMARY KEY, body TEXT NOT NULL,"
@@ -46,15 +47,16 @@ with tempfile.TemporaryDirectory() as folder:
     # --- the worker: effect + ACK + intent in one transaction ---------------------
     def complete_with_intent(lease, handler) -> str:
         with store.transaction() as tx:
-            completion = store.complete_tx(tx, lease, handler)
-            if completion.outcome is Outcome.DONE:
-                tx.execute("INSERT INTO outbox (key, body) VALUES (?, ?)",
-                           (lease.event_id, f"paid {lease.event_id}"))
+            message = store.leased_tx(tx, lease)  # the fenced check; the payload from the database
+            handler(tx, message)  # the effect row, through this transaction
+            tx.execute("INSERT INTO outbox (key, body) VALUES (?, ?)",
+                       (message.event_id, f"paid {message.event_id}"))
+            completion = store.complete_tx(tx, lease)  # re-check + ACK; LeaseLost rolls back all three
         return completion.outcome.value
 
-    def slow(payload):
+    def slow(tx, message):
         clock.advance(2)  # the work outlives the lease: this attempt must not count
-        return Handler()(payload)
+        Handler()(tx, message)
 
     def outbox_rows() -> int:
         with store.transaction() as tx:
@@ -65,11 +67,11 @@ with tempfile.TemporaryDirectory() as folder:
         complete_with_intent(lease, slow)
     except LeaseLost:
         print(f"attempt 1 (generation {lease.generation}): lease lost, rolled back;"
-              f" outbox rows: {outbox_rows()}, effects: {store.status().effects_count}")
+              f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}")
     lease = store.claim(lease_seconds=2)
     outcome = complete_with_intent(lease, Handler())
     print(f"attempt 2 (generation {lease.generation}): {outcome};"
-          f" outbox rows: {outbox_rows()}, effects: {store.status().effects_count}")
+          f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}")
 
     # --- the deliverer: send outside any queue transaction, then mark -------------
     def deliver(dies_before_marking: bool) -> None:
@@ -98,6 +100,6 @@ with tempfile.TemporaryDirectory() as folder:
     notices = service.execute("SELECT count(*) FROM notices").fetchone()[0]
     service.close()
     print(f"receiver: deliveries {deliveries}, notices applied {notices}")
-    snapshot = store.status()
+    snapshot = ledger.report(store)
     print(f"queue: effects {snapshot.effects_count}, total {snapshot.total_cents},"
           f" messages {snapshot.to_dict()['messages']}")

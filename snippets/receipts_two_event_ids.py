@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from queue_core import (Handler, ModelClock, ReceiptHandler, Store,
-                        receipts, work)
+                        ledger, receipts, work)
 
 ORDER = {"tenant": "north", "operation": "order-7:charge",
          "category": "book", "amount_cents": 10000}
@@ -28,13 +28,14 @@ def run(title, handler):
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "queue.sqlite3"
         store = Store(db, clock=ModelClock(1000))
+        ledger.install(store)  # the reference application's effects table
         store.enqueue(BATCH)
         work(store, handler, lease_seconds=30)
         print(title)
         for m in store.messages():
             print(f"  {m.event_id}: {m.state}, generation {m.generation}")
-        print(f"  effects: {store.effects()}")
-        print(f"  total_cents: {store.status().total_cents}")
+        print(f"  effects: {ledger.effects(store)}")
+        print(f"  total_cents: {ledger.report(store).total_cents}")
         keys = [(r.tenant, r.operation, r.effect)
                 for r in receipts.stored(store)]
         print(f"  receipts: {keys}")

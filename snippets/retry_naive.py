@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from queue_core import Handler, ModelClock, Store, TemporaryFailure
+from queue_core import Handler, ModelClock, Store, TemporaryFailure, ledger
 
 DOWN_UNTIL = 1003  # the downstream service answers again at this model second
 EVENTS = [
@@ -28,7 +28,14 @@ def handle(payload, now):
     """The business step: fails for a while if it needs the downstream service."""
     if payload.get("needs") == "downstream" and now < DOWN_UNTIL:
         raise TemporaryFailure("downstream_unavailable")
-    return Handler()(payload)
+    return Handler().effect(payload)  # the ledger's rule: the Effect of this payload
+
+
+def handler(tx, message):
+    """The same step as a queue_core handler: it writes the effect through the completion's tx."""
+    if message.payload_object.get("needs") == "downstream" and tx.now() < DOWN_UNTIL:
+        raise TemporaryFailure("downstream_unavailable")
+    Handler()(tx, message)  # the ledger's INSERT, inside the completion's transaction
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -62,13 +69,14 @@ with tempfile.TemporaryDirectory() as tmp:
     print("queue_core: a temporary failure waits (backoff) and the others go on")
     clock = ModelClock(1000)
     store = Store(Path(tmp) / "queue.sqlite3", clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue("".join(json.dumps(event) + "\n" for event in EVENTS))
     while clock.now() <= DOWN_UNTIL:
         lease = store.claim(lease_seconds=2)
         if lease is None:  # nothing is due now: wait a (model) second
             clock.advance(1)
             continue
-        completion = store.complete(lease, lambda payload: handle(payload, clock.now()))
+        completion = store.complete(lease, handler)
         why = f" ({completion.error}), due again at {completion.available_at}" if completion.error else ""
         print(f"  t={clock.now()} {lease.event_id} attempt {lease.attempt}: {completion.outcome.value}{why}")
-    print(f"  effects: {store.effects()}")
+    print(f"  effects: {ledger.effects(store)}")

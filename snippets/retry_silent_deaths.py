@@ -2,10 +2,10 @@
 
 E0003's processing kills its worker every time. The program claims E0003 and
 hands the lease to a real child process, which starts the completion and dies
-with os._exit(86) after its INSERT, before COMMIT. Nobody reports a failure;
-the lease just runs out. Each claim counts as an attempt, so after three such
-deaths the next claim moves E0003 to dead ('lease_expired') and hands out
-E0004 instead.
+with os._exit(86) after the handler's INSERT, before COMMIT. Nobody reports a
+failure; the lease just runs out. Each claim counts as an attempt, so after
+three such deaths the next claim moves E0003 to dead ('lease_expired', with a
+detail that says which lease ended when) and hands out E0004 instead.
 
 Run: python retry_silent_deaths.py   (needs queue_core installed; leaves nothing behind)
 """
@@ -13,13 +13,14 @@ Run: python retry_silent_deaths.py   (needs queue_core installed; leaves nothing
 import tempfile
 from pathlib import Path
 
-from queue_core import MAX_ATTEMPTS, ModelClock, Store
-from queue_core._child import run_crashing_completion
+from queue_core import MAX_ATTEMPTS, ModelClock, Store, ledger
+from queue_core.testing.child import run_crashing_completion
 
 with tempfile.TemporaryDirectory() as tmp:
     db = Path(tmp) / "queue.sqlite3"
     clock = ModelClock(1000)
     store = Store(db, clock=clock)
+    ledger.install(store)  # the reference application's effects table
     store.enqueue(
         '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
         '{"event_id": "E0004", "payload": {"category": "pen", "amount_cents": 700}}\n'
@@ -42,4 +43,5 @@ with tempfile.TemporaryDirectory() as tmp:
         clock.set(lease.lease_until)  # nobody reports anything; the lease runs out
     lease = store.claim(lease_seconds=2)
     show(f"next claim returned {lease.event_id}")
-    print(f"effects: {store.effects()}")
+    print(f"why E0003 is dead: {store.message('E0003').last_detail}")
+    print(f"effects: {ledger.effects(store)}")

@@ -1,0 +1,90 @@
+"""Your own effect under the protocol: an `orders` row, completed both ways.
+
+The store knows nothing of orders. This program owns an `orders` table (in the
+queue's file, so that it can join the completion's transaction) and writes its
+effect in the two ways the protocol offers:
+
+1. a handler, `place_order(tx, message)`, given to `store.complete(lease, ...)`:
+   the store opens the transaction, checks the lease, calls the handler,
+   re-checks the lease and ACKs;
+2. its own SQL inside `store.transaction()`, between `store.leased_tx(tx, lease)`
+   (the fenced check; it returns the message as stored) and
+   `store.complete_tx(tx, lease)` (the re-check and the ACK).
+
+Then a slow worker writes its order and finds at the re-check that its lease
+has ended: `LeaseLost` leaves the `with` block and the order rolls back with
+the transaction. The next claim completes that message, once.
+
+Run: python effect_own_orders.py   (needs queue_core installed; leaves nothing behind)
+"""
+
+import tempfile
+from pathlib import Path
+
+from queue_core import LeaseLost, ModelClock, Store
+
+BATCH = (
+    '{"event_id": "E0001", "payload": {"customer": "ada", "sku": "BOOK-1", "quantity": 2}}\n'
+    '{"event_id": "E0002", "payload": {"customer": "bob", "sku": "PEN-9", "quantity": 5}}\n'
+    '{"event_id": "E0003", "payload": {"customer": "cy", "sku": "BAG-3", "quantity": 1}}\n'
+)
+ORDERS = """
+CREATE TABLE orders (
+    event_id TEXT    PRIMARY KEY REFERENCES messages (event_id),
+    customer TEXT    NOT NULL,
+    sku      TEXT    NOT NULL,
+    quantity INTEGER NOT NULL CHECK (quantity > 0)
+) STRICT
+"""
+INSERT = "INSERT INTO orders (event_id, customer, sku, quantity) VALUES (?, ?, ?, ?)"
+
+
+def place_order(tx, message):
+    """A handler: the order of one message, written through the completion's transaction."""
+    order = message.payload_object  # the payload as stored, read inside the transaction
+    tx.execute(INSERT, (message.event_id, order["customer"], order["sku"], order["quantity"]))
+
+
+with tempfile.TemporaryDirectory() as folder:
+    clock = ModelClock(1000)
+    store = Store(Path(folder) / "queue.sqlite3", clock=clock)
+    with store.transaction() as tx:  # your table, your schema: the queue's schema never mentions it
+        tx.execute(ORDERS)
+    store.enqueue(BATCH)
+
+    # 1. The handler form: one call, one transaction.
+    lease = store.claim(lease_seconds=30)
+    completion = store.complete(lease, place_order)
+    print(f"1. store.complete(lease, place_order)      {lease.event_id}: {completion.outcome.value}")
+
+    # 2. The explicit form: your SQL between the fenced check and the ACK.
+    lease = store.claim(lease_seconds=30)
+    with store.transaction() as tx:
+        message = store.leased_tx(tx, lease)
+        order = message.payload_object
+        tx.execute(INSERT, (message.event_id, order["customer"], order["sku"], order["quantity"]))
+        completion = store.complete_tx(tx, lease)
+    print(f"2. leased_tx, your INSERT, complete_tx     {lease.event_id}: {completion.outcome.value}")
+
+    # 3. The explicit form, too slow: the re-check refuses, the order rolls back.
+    lease = store.claim(lease_seconds=30)
+    try:
+        with store.transaction() as tx:
+            message = store.leased_tx(tx, lease)
+            place_order(tx, message)  # the same function works here too
+            clock.advance(30)  # the work took the whole lease
+            store.complete_tx(tx, lease)
+    except LeaseLost as exc:
+        print(f"3. too slow: LeaseLost ({exc})")
+    print(f"   orders of {lease.event_id} after the rollback:",
+          store.read(lambda view: view.execute(
+              "SELECT count(*) FROM orders WHERE event_id = ?", (lease.event_id,)).fetchone()[0]))
+    again = store.claim(lease_seconds=30)
+    print(f"   claimed again (generation {again.generation}):"
+          f" {store.complete(again, place_order).outcome.value}")
+
+    print()
+    for event_id, customer, sku, quantity in store.read(
+            lambda view: view.execute("SELECT * FROM orders ORDER BY event_id").fetchall()):
+        print(f"order {event_id}: {customer} {sku} x{quantity}, message {store.message(event_id).state}")
+    print("queue:", store.status().to_dict())
