@@ -24,7 +24,7 @@ from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
 from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
 from .ledger import Handler, Report
-from .store import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, STATES, Message, Store
+from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS, STATES, Message, Store
 from .worker import work
 
 PROG = "queue-core"
@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"lease length (default: {DEFAULT_LEASE_SECONDS})")
     worker.add_argument("--max-messages", type=_count, default=None, metavar="N",
                         help="stop after N claims")
+    worker.add_argument("--batch", type=_whole_number(1, MAX_BATCH), default=1, metavar="K",
+                        help="the batched path: claim and complete up to K messages per transaction "
+                             "(default: 1, a transaction each)")
     worker.add_argument("--category", action="append", default=[], metavar="NAME",
                         help="also accept this category (repeatable)")
 
@@ -141,17 +144,22 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if args.command == "enqueue":
         batch = parse_batch(_read_batch(args.file))  # validated before the file is even opened
-        store = Store(db, clock=clock, create=True)
-        ledger.install(store)  # the CLI runs the reference application: its table lives beside the queue
-        result = store.enqueue(batch)
-        _print_json(result.to_dict(), out)
+        with Store(db, clock=clock, create=True) as store:
+            ledger.install(store)  # the CLI runs the reference application: its table lives beside the queue
+            _print_json(store.enqueue(batch).to_dict(), out)
         return 0
+    # One store (one connection) for the whole command, closed explicitly.
+    with Store(db, clock=clock, create=False) as store:
+        _run_on(store, args, out)
+    return 0
 
-    store = Store(db, clock=clock, create=False)
+
+def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if args.command == "work":
         ledger.install(store)
         handler = Handler.with_categories(args.category)
-        summary = work(store, handler, lease_seconds=args.lease_seconds, max_messages=args.max_messages)
+        summary = work(store, handler, lease_seconds=args.lease_seconds, max_messages=args.max_messages,
+                       batch=args.batch)
         _print_json(summary.to_dict(), out)
     elif args.command == "status":
         snapshot = ledger.report(store)
@@ -171,7 +179,6 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
             out.write(_dead_table(letters))
     elif args.command == "redrive":
         _print_json({"redriven": store.redrive(args.event_ids)}, out)
-    return 0
 
 
 def _read_batch(name: str) -> bytes:

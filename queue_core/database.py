@@ -100,13 +100,18 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
     return int(version)
 
 
-def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
-    """The one place where connections are made and configured."""
+def connect(path: Path, *, busy_timeout_ms: int, check_same_thread: bool = True) -> sqlite3.Connection:
+    """The one place where connections are made and configured.
+
+    ``check_same_thread=False`` only lets the store *close* a thread's
+    connection from another thread; each connection is used by one thread.
+    """
     try:
         conn = sqlite3.connect(
             path,
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,  # the store issues BEGIN/COMMIT itself
+            check_same_thread=check_same_thread,
         )
     except sqlite3.Error as exc:
         raise storage_error(exc, path) from exc
@@ -158,6 +163,14 @@ def _migration_statements(target: int) -> list[str]:
     for step in MIGRATIONS[target]:
         statements += sql_statements(step) if step.endswith(".sql") else [step]
     return statements
+
+
+def checkpoint(conn: sqlite3.Connection) -> None:
+    """Copy the WAL into the database file and empty it (skipped while a reader needs it)."""
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error:
+        pass  # busy or a full disk: the WAL keeps the commits, which stay durable
 
 
 def sql_statements(name: str) -> list[str]:

@@ -26,17 +26,19 @@ which is how the crash tests stop a real process at an exact point.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
-from . import database
+from . import database, turn
 from .clock import Clock, SystemClock
 from .envelope import Batch, parse_batch
 from .errors import (
@@ -57,6 +59,8 @@ BUSY_RETRY_SECONDS: Final = 60.0  # then we back off and retry until this much t
 LEASE_EXPIRED: Final = "lease_expired"  # last_error of a message whose last lease ran out
 HANDLER_ERROR: Final = "handler_error"  # last_error of a handler that raised something unexpected
 STATES: Final = ("ready", "leased", "done", "dead")
+# Errors after which a connection is kept; after any other, it is closed and reopened.
+_CONNECTION_STAYS_USABLE: Final = frozenset({"database_busy", "constraint_violation"})
 
 # The named steps of each write operation, where a probe is called.
 _COMMON_STEPS = ("after_begin", "after_read", "before_commit", "after_commit")
@@ -67,10 +71,16 @@ _EXTRA_STEPS = {
     "fail": ("after_update",),
     "redrive": ("after_update",),
 }
-OPERATIONS: Final = tuple(_EXTRA_STEPS)
+# The batched path's transactions reach their messages' steps (claim.*,
+# complete.*) once per message, and these of their own.
+_BATCH_STEPS = ("after_begin", "before_commit", "after_commit")
+BATCH_OPERATIONS: Final = ("claim_many", "complete_many")
+OPERATIONS: Final = tuple(_EXTRA_STEPS) + BATCH_OPERATIONS
 PROBE_POINTS: Final = frozenset(
-    f"{op}.{step}" for op in OPERATIONS for step in _COMMON_STEPS + _EXTRA_STEPS[op]
+    [f"{op}.{step}" for op in _EXTRA_STEPS for step in _COMMON_STEPS + _EXTRA_STEPS[op]]
+    + [f"{op}.{step}" for op in BATCH_OPERATIONS for step in _BATCH_STEPS]
 )
+MAX_BATCH: Final = 1_000  # messages per batched transaction
 
 T = TypeVar("T")
 Probe = Callable[[str], None]  # told each point of PROBE_POINTS as it is reached
@@ -101,6 +111,7 @@ class Outcome(str, Enum):
     DONE = "done"
     RETRY = "retry"
     DEAD = "dead"
+    LEASE_LOST = "lease_lost"  # only in complete_many: fencing refused this one message
 
 
 @dataclass(frozen=True)
@@ -219,19 +230,103 @@ class Store:
         self.busy_timeout_ms = busy_timeout_ms
         self.busy_retry_seconds = busy_retry_seconds
         self._probe = probe
+        # One connection per thread, kept for the store's life: closing the
+        # last connection to a WAL file checkpoints and deletes the WAL, which
+        # per transaction costs several fsyncs (see the performance page).
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._registry = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
         version = database.inspect(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
         if version < database.SCHEMA_VERSION:
-            conn = self._connect()
-            try:
+            with self._connection() as conn:
                 database.prepare(conn, self.path)
-            finally:
-                database.close(conn)
+                if version > 0:  # a migration: put the new version into the file itself, not only the WAL
+                    database.checkpoint(conn)
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}, clock={self.clock!r})"
 
-    def _connect(self) -> sqlite3.Connection:
-        return database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection this store opened (call it when no operation runs).
+
+        Everything committed is already durable; a failure while closing (the
+        final WAL checkpoint on a full disk) does not undo it and is not raised.
+        Using the store afterwards raises ``StorageError`` (``store_closed``).
+        """
+        with self._registry:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            database.close(conn, quiet=True)
+        self._local = threading.local()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection for one transaction; a temporary one when nested.
+
+        A call made while this thread's connection is inside a transaction
+        (e.g. ``status()`` inside ``with store.transaction()``) gets its own
+        short-lived connection, as it would from another client.
+        """
+        if self._closed:
+            raise StorageError(f"{self.path}: this store was closed", code="store_closed")
+        if os.getpid() != self._pid:  # a forked child must not touch its parent's connections
+            with self._registry:
+                self._pid, self._connections, self._local = os.getpid(), [], threading.local()
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "in_use", False):
+            extra = database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
+            try:
+                yield extra
+            finally:
+                database.close(extra, quiet=True)
+            return
+        if conn is None:
+            conn = database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms, check_same_thread=False)
+            with self._registry:
+                self._connections.append(conn)
+            self._local.conn = conn
+        self._local.in_use = True
+        try:
+            yield conn
+        except StorageError as exc:
+            if exc.code not in _CONNECTION_STAYS_USABLE:
+                self._discard(conn)  # after an I/O error or a full disk, start afresh
+            raise
+        finally:
+            self._local.in_use = False
+
+    def writer_turn(self) -> AbstractContextManager[None]:
+        """Hold this thread's turn to write across several transactions (re-entrant).
+
+        Every write transaction first waits for its turn (``turn.py``: an OS
+        lock beside the database on which waiting processes queue fairly,
+        instead of SQLite's sleep-and-poll). The worker loop holds one turn
+        for a claim and its completion, so that two processes trade places
+        once per message, not twice.
+        """
+        return turn.writer_turn(self.path, wait_seconds=self.busy_retry_seconds)
+
+    def _discard(self, conn: sqlite3.Connection) -> None:
+        with self._registry:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+        database.close(conn, quiet=True)
 
     def _at(self, point: str) -> None:
         if self._probe is not None:
@@ -250,9 +345,7 @@ class Store:
 
     @contextmanager
     def _transaction(self, operation: str | None) -> Iterator[Tx]:
-        conn = self._connect()
-        committed = False
-        try:
+        with self._connection() as conn, self.writer_turn():
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 tx = Tx(conn, self.clock)
@@ -262,38 +355,31 @@ class Store:
                 if operation:
                     self._at(f"{operation}.before_commit")
                 conn.execute("COMMIT")
-                committed = True
             except BaseException as exc:
                 if conn.in_transaction:
                     try:
                         conn.execute("ROLLBACK")
                     except sqlite3.Error:
-                        pass  # closing the connection rolls back as well
+                        pass  # the connection is discarded below, which rolls back as well
                 if isinstance(exc, sqlite3.Error):
                     raise database.storage_error(exc, self.path) from exc
                 raise
             if operation:
                 self._at(f"{operation}.after_commit")
-        finally:
-            # After a COMMIT, a failure while closing (e.g. the WAL checkpoint
-            # on a full disk) must not turn a committed result into an error.
-            database.close(conn, quiet=committed)
 
     @contextmanager
     def snapshot(self) -> Iterator[Tx]:
         """A read transaction: one consistent view of the file, no write lock."""
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             try:
-                conn.execute("BEGIN")
-                yield Tx(conn, self.clock)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            raise database.storage_error(exc, self.path) from exc
-        finally:
-            database.close(conn, quiet=True)
+                try:
+                    conn.execute("BEGIN")
+                    yield Tx(conn, self.clock)
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                raise database.storage_error(exc, self.path) from exc
 
     def read(self, body: Callable[[Tx], T]) -> T:
         """Run ``body(view)`` in one consistent snapshot; wait out a busy database."""
@@ -505,6 +591,57 @@ class Store:
         self._at("complete.after_update")
         return Completion(lease.event_id, Outcome.DONE)
 
+    # ------------------------------------------------------------- batches
+
+    def claim_many(self, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> list[Lease]:
+        """Lease up to ``count`` available messages in one transaction (the batched path).
+
+        Each lease is the one ``claim`` would have given, with its own
+        generation; they only share one commit. Empty if nothing is available.
+        """
+        _check_count(count)
+        _check_lease_seconds(lease_seconds)
+        return self._write("claim_many", lambda tx: self.claim_many_tx(tx, count, lease_seconds))
+
+    def claim_many_tx(self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> list[Lease]:
+        """``claim_many`` inside the caller's transaction."""
+        _check_count(count)
+        leases: list[Lease] = []
+        while len(leases) < count and (lease := self.claim_tx(tx, lease_seconds)) is not None:
+            leases.append(lease)
+        return leases
+
+    def complete_many(self, leases: Iterable[Lease], handler: Handler) -> list[Completion]:
+        """Complete several leased messages in one transaction, each with its own effect and ACK.
+
+        Every message runs exactly as in ``complete`` (fenced check, the
+        handler's writes, re-check, ACK), inside a savepoint of its own: its
+        effect and its ACK are kept or undone together. A lease lost for one
+        message undoes only that message and is reported as
+        ``Outcome.LEASE_LOST`` instead of raised, so the others still commit.
+        """
+        batch = list(leases)
+        for lease in batch:
+            _check_lease(lease)
+        if len(batch) > MAX_BATCH:
+            raise ValueError(f"complete_many takes at most {MAX_BATCH} leases, got {len(batch)}")
+        if not callable(handler):
+            raise TypeError(f"handler must be callable as handler(tx, message), got {type(handler).__name__}")
+        return self._write("complete_many", lambda tx: self.complete_many_tx(tx, batch, handler))
+
+    def complete_many_tx(self, tx: Tx, leases: Iterable[Lease], handler: Handler) -> list[Completion]:
+        """``complete_many`` inside the caller's transaction."""
+        results: list[Completion] = []
+        for lease in leases:
+            tx.execute("SAVEPOINT message")
+            try:
+                results.append(self._complete_with(tx, lease, handler))
+            except LeaseLost as lost:
+                tx.execute("ROLLBACK TO message")
+                results.append(Completion(lease.event_id, Outcome.LEASE_LOST, LeaseLost.code, detail=lost.message))
+            tx.execute("RELEASE message")
+        return results
+
     # ------------------------------------------------------------------ fail
 
     def fail(self, lease: Lease, code: str, *, permanent: bool = False, detail: str | None = None) -> Completion:
@@ -635,6 +772,13 @@ def _check_lease_seconds(lease_seconds: object) -> None:
         raise TypeError(f"lease_seconds must be an integer of seconds, got {type(lease_seconds).__name__}")
     if not 1 <= lease_seconds <= MAX_LEASE_SECONDS:
         raise ValueError(f"lease_seconds must be 1..{MAX_LEASE_SECONDS}, got {lease_seconds}")
+
+
+def _check_count(count: object) -> None:
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(f"count must be an integer, got {type(count).__name__}")
+    if not 1 <= count <= MAX_BATCH:
+        raise ValueError(f"count must be 1..{MAX_BATCH}, got {count}")
 
 
 def _check_lease(lease: object) -> None:

@@ -388,9 +388,9 @@ def prepare(scenario: Scenario, folder: Path) -> Prepared:
     folder.mkdir(parents=True, exist_ok=True)
     template = folder / "template.sqlite3"
     clock = ModelClock(START)
-    store = Store(template, clock=clock)
-    ledger.install(store)  # a queue of the reference application
-    options = scenario.setup(store, clock, folder)
+    with Store(template, clock=clock) as store:  # closed before the copy: the WAL is then in the file
+        ledger.install(store)  # a queue of the reference application
+        options = scenario.setup(store, clock, folder)
     if scenario.receipts is not None:
         options["receipts"] = True  # the child completes under a ReceiptHandler
     before = read_file(template).rows()
