@@ -11,7 +11,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: test serve site clean
+.PHONY: test serve site bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "queue_core needs Python >= 3.11; run: make PYTHON=python3.12 ...")'
@@ -37,5 +37,16 @@ serve: site
 	@echo "Serving the site at http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
 	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory site
 
+# The benchmark (not part of `make test`): its own venv with the peers and matplotlib.
+BENCH_VENV := .venv-bench
+$(BENCH_VENV)/.installed: requirements-bench.txt pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e .
+	@touch $@
+
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python scripts/bench.py --out docs/assets/bench
+
 clean:
-	rm -rf $(VENV) site build *.egg-info .pytest_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(BENCH_VENV) site build *.egg-info .pytest_cache .hypothesis test-artifacts

@@ -46,7 +46,7 @@ MAX_INT_DIGITS = 4_300  # CPython's default int/str conversion limit
 EVENT_ID = re.compile(r"E[0-9]{4}")  # used with fullmatch: no "\d" (Unicode digits)
 UTF8_BOM = b"\xef\xbb\xbf"
 _STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)  # escapes, quotes, brackets
-_BLANK = frozenset(" \t\r")  # JSON whitespace; "\n" never occurs inside a line
+_BLANK = " \t\r"  # JSON whitespace; "\n" never occurs inside a line
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,7 @@ class _Reject(ValueError):
 def canonical_json(value: Any) -> str:
     """Keys sorted, no insignificant whitespace, types kept (``1`` != ``1.0``)."""
     try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return _ENCODER.encode(value)
     except ValueError as exc:  # NaN/inf given by a Python caller
         raise _Reject("non_finite_number", str(exc)) from None
 
@@ -107,7 +105,7 @@ def parse_batch(data: bytes) -> Batch:
             raise BatchRejected(
                 "invalid_utf8", f"invalid UTF-8 at byte {exc.start} of the line", number
             ) from None
-        if all(ch in _BLANK for ch in text):
+        if not text.strip(_BLANK):
             continue
         non_empty += 1
         if non_empty > MAX_LINES:
@@ -136,13 +134,7 @@ def parse_line(text: str, number: int = 1) -> Event:
     """Validate one line (already decoded) and return its Event."""
     _check_depth(text)
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_object_without_duplicates,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-            parse_int=_bounded_int,
-        )
+        value = _DECODER.decode(text)
     except _Reject:
         raise
     except RecursionError:
@@ -154,11 +146,11 @@ def parse_line(text: str, number: int = 1) -> Event:
         raise _Reject("invalid_json", str(exc)) from None
     if not isinstance(value, dict):
         raise _Reject("not_an_object", f"a line must be a JSON object, not {_kind(value)}")
-    for key in ("event_id", "payload"):
-        if key not in value:
-            raise _Reject("missing_key", f"the key {key!r} is missing")
-    extra = sorted(set(value) - {"event_id", "payload"})
-    if extra:
+    if len(value) != 2 or "event_id" not in value or "payload" not in value:
+        for key in ("event_id", "payload"):
+            if key not in value:
+                raise _Reject("missing_key", f"the key {key!r} is missing")
+        extra = sorted(set(value) - {"event_id", "payload"})
         raise _Reject("unexpected_key", f"unexpected key {extra[0]!r}; only event_id and payload")
     event_id = value["event_id"]
     if not isinstance(event_id, str) or not EVENT_ID.fullmatch(event_id):
@@ -183,6 +175,8 @@ def parse_line(text: str, number: int = 1) -> Event:
 
 def _check_depth(text: str) -> None:
     """Reject deep nesting before the parser can recurse into it (linear scan)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return  # even all of them nested could not go too deep (a count runs in C, the scan in Python)
     depth = 0
     in_string = False
     for match in _STRUCTURE.finditer(text):
@@ -239,3 +233,13 @@ def _kind(value: Any) -> str:
 def _short(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Made once: json.dumps and json.loads build a new encoder or decoder on every call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_object_without_duplicates,
+    parse_constant=_reject_constant,
+    parse_float=_finite_float,
+    parse_int=_bounded_int,
+)

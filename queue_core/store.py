@@ -200,7 +200,14 @@ class Handler(Protocol):
 
 
 class Store:
-    """A queue in one SQLite file."""
+    """A queue in one SQLite file.
+
+    A store keeps one connection per thread until ``close()``; use it as
+    ``with Store(path) as store:``. A store dropped without ``close()`` keeps
+    its connections (and the ``-wal`` file) until Python's garbage collector
+    frees them, since an sqlite3 connection refers to itself through its
+    statement cache.
+    """
 
     def __init__(
         self,
@@ -439,18 +446,19 @@ class Store:
         if not isinstance(batch, Batch):
             raise TypeError(f"enqueue_tx takes a Batch from parse_batch(), got {type(batch).__name__}")
         now = tx.now()
-        accepted, duplicates = 0, batch.duplicates_in_batch
-        for event in batch.events:
-            row = tx.execute("SELECT payload FROM messages WHERE event_id = ?", (event.event_id,)).fetchone()
-            self._at("enqueue.after_read")
-            if row is None:
-                tx.execute(
-                    "INSERT INTO messages (event_id, payload, state, available_at) VALUES (?, ?, 'ready', ?)",
-                    (event.event_id, event.payload, now),
-                )
-                self._at("enqueue.after_insert")
-                accepted += 1
-            elif row[0] == event.payload:
+        # One read for the whole batch, then one INSERT statement for its new events.
+        ids = json.dumps([event.event_id for event in batch.events])
+        stored = dict(tx.execute(
+            "SELECT event_id, payload FROM messages WHERE event_id IN (SELECT value FROM json_each(?))",
+            (ids,)).fetchall())
+        self._at("enqueue.after_read")
+        new: list[tuple[str, str, int]] = []
+        duplicates = batch.duplicates_in_batch
+        for event in batch.events:  # in batch order: a conflict names the first line at fault
+            payload = stored.get(event.event_id)
+            if payload is None:
+                new.append((event.event_id, event.payload, now))
+            elif payload == event.payload:
                 duplicates += 1
             else:
                 raise BatchRejected(
@@ -458,7 +466,11 @@ class Store:
                     f"{event.event_id} is already stored with a different payload; a fix needs a new event id",
                     event.line,
                 )
-        return EnqueueResult(accepted=accepted, duplicates=duplicates)
+        if new:
+            tx.conn.executemany(
+                "INSERT INTO messages (event_id, payload, state, available_at) VALUES (?, ?, 'ready', ?)", new)
+            self._at("enqueue.after_insert")
+        return EnqueueResult(accepted=len(new), duplicates=duplicates)
 
     # ----------------------------------------------------------------- claim
 

@@ -11,8 +11,13 @@ one as soon as the turn is released. Then it runs its transaction as before.
 Inside one process, threads (and several ``Store`` objects on one file)
 share one turn through a re-entrant lock that can time out, so a thread
 that waits for a turn its own process holds gets ``database_busy`` instead
-of waiting forever. Where the lock file cannot be created (a read-only
-folder) there are no turns, and SQLite's own busy wait applies.
+of waiting forever. The wait for another process's turn ends the same way:
+``flock`` itself has no timeout, so when the turn is taken a helper thread
+waits in the kernel's queue and the caller waits for it no longer than
+``wait_seconds`` (a stopped or stuck process holding the turn is then a busy
+database, as a lock held past the timeout always was). Where the lock file
+cannot be created (a read-only folder) there are no turns, and SQLite's own
+busy wait applies.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,16 +43,23 @@ class _Turn:
 
 _turns: dict[str, _Turn] = {}
 _registry = threading.Lock()
+_waiting: set[int] = set()  # lock files that a helper thread is still queued on
 
 
 def _forget_after_fork() -> None:
-    # A child forked while a turn was held must not keep it: the lock belongs
-    # to the open file, which parent and child would both hold. Closing the
-    # child's copy leaves the parent's turn as it is.
+    # A child forked while a turn was held (or waited for) must not keep it:
+    # the lock belongs to the open file, which parent and child would both
+    # hold. Closing the child's copy leaves the parent's turn as it is.
+    global _registry
     for turn in _turns.values():
         if turn.fd >= 0:
             os.close(turn.fd)
+            turn.fd = -1  # a with-block the child leaves must not close the number again
+    for fd in _waiting:
+        os.close(fd)
     _turns.clear()
+    _waiting.clear()
+    _registry = threading.Lock()  # it may have been held by a thread that the child does not have
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -61,15 +74,20 @@ def writer_turn(database: Path, *, wait_seconds: float) -> Iterator[None]:
     open between transactions.
     """
     name = os.path.abspath(database)
+    deadline = time.monotonic() + wait_seconds
     with _registry:
         turn = _turns.setdefault(name, _Turn())
     if not turn.lock.acquire(timeout=wait_seconds):
         raise StorageError(f"{database}: another thread of this process holds the write turn "
                            f"(waited {wait_seconds:g} s)", code="database_busy")
     try:
-        turn.depth += 1
-        if turn.depth == 1:
-            turn.fd = _lock(name)
+        if turn.depth == 0:
+            fd = _lock(name, max(0.0, deadline - time.monotonic()))
+            if fd == _TAKEN:
+                raise StorageError(f"{database}: another process holds the write turn "
+                                   f"(waited {wait_seconds:g} s)", code="database_busy")
+            turn.fd = fd
+        turn.depth += 1  # only once the turn is really held
         try:
             yield
         finally:
@@ -81,14 +99,75 @@ def writer_turn(database: Path, *, wait_seconds: float) -> Iterator[None]:
         turn.lock.release()
 
 
-def _lock(name: str) -> int:
+_TAKEN = -2  # _lock: another process kept the turn for longer than we may wait
+
+
+def _lock(name: str, wait_seconds: float) -> int:
+    """The locked lock file; -1 if there can be no turns; ``_TAKEN`` after ``wait_seconds``."""
     try:
         fd = os.open(f"{name}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
         return -1  # e.g. a read-only folder: no turns
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # queued in the kernel behind other processes
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the usual case, no waiting
+        return fd
+    except BlockingIOError:
+        pass
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd if _wait_in_queue(fd, wait_seconds) else _TAKEN
+
+
+@dataclass
+class _Wait:
+    guard: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+    abandoned: bool = False
+    error: OSError | None = None
+
+
+def _wait_in_queue(fd: int, wait_seconds: float) -> bool:
+    """Queue in the kernel for the lock on ``fd`` (fair), giving up after ``wait_seconds``.
+
+    A helper thread makes the blocking ``flock`` call. If the caller gives up
+    first, the helper keeps ``fd`` and closes it the moment it gets the lock,
+    which hands the turn straight on to the next process in the queue.
+    """
+    wait = _Wait()
+    with _registry:
+        _waiting.add(fd)
+    threading.Thread(target=_queue, args=(fd, wait), name="queue_core writer turn", daemon=True).start()
+    interrupted = True
+    try:
+        wait.done.wait(wait_seconds)
+        interrupted = False
+    finally:
+        with wait.guard:
+            got = wait.done.is_set()
+            if not got:
+                wait.abandoned = True  # fd is the helper's now
+        if got:
+            with _registry:
+                _waiting.discard(fd)
+            if interrupted or wait.error is not None:
+                os.close(fd)  # e.g. KeyboardInterrupt just as the turn came: give it back
+    if wait.error is not None:
+        raise wait.error
+    return got
+
+
+def _queue(fd: int, wait: _Wait) -> None:
+    error: OSError | None = None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # queued in the kernel behind other processes
+    except OSError as exc:
+        error = exc
+    with wait.guard:
+        if not wait.abandoned:
+            wait.error = error
+            wait.done.set()
+            return
+    with _registry:
+        _waiting.discard(fd)
+    os.close(fd)  # nobody waits for this turn any more: give it back at once

@@ -1,123 +1,548 @@
-"""Throughput of the protocol on this machine, reported as ratios from one run.
+"""What durability costs on this machine, and what queue_core makes of it: ratios from one run.
 
-    python scripts/bench.py                 # 2,000 events per measurement
-    python scripts/bench.py --events 500    # quicker
+    make bench                               # the full run; writes docs/assets/bench/
+    python scripts/bench.py --quick          # a smoke run (the test suite uses it)
+    python scripts/bench.py --out DIR --messages 5000 --rounds 3
 
-Machines here are noisy, so absolute numbers mean little; compare the ratios,
-which come from measurements taken one after another in the same run:
+Machines here are noisy, so every figure is the median of ``--rounds``
+rounds, and within a round the measurements run one after another in a
+rotating order; the ratios (the targets of the performance issue) are taken
+between medians of the same run. Every measurement verifies its result (every
+message done once, one effect each, the money exact; a peer: every item
+acknowledged), so a fast wrong run cannot be reported.
 
-* ``per_transaction``: one process, claim + complete in a loop, with today's
-  connection policy (a connection per transaction, see ``Store._connect``).
-* ``idle_connection_held``: the same loop while another connection stays open,
-  so closing the per-transaction connection is no longer the *last* close and
-  SQLite does not checkpoint and delete the WAL every time. The ratio to
-  ``per_transaction`` is what a longer-lived connection could win.
-* ``workers_N``: N ``queue-core work`` processes on one file (model time), wall
-  clock until the queue is empty. SQLite has one writer at a time, so more
-  processes are not expected to scale.
+Measured, all on WAL with ``synchronous=FULL`` (the peers are set to FULL too):
 
-Every measurement also checks its result (every event done, one effect each),
-so a fast wrong run cannot be reported. Prints JSON.
+* ``raw``: ``BEGIN IMMEDIATE; UPDATE one row; COMMIT``: the commit limit.
+  A protocol with two commits per message is capped at half of it. The same
+  loop also runs with ``synchronous=NORMAL`` and with the rollback journal, to
+  show what those settings would buy.
+* ``per_transaction``: claim + complete with a connection opened and closed
+  around every transaction, the policy before this issue.
+* ``simple``: ``work()``, one connection for the run (the path the chapters teach).
+* ``batch_K``: ``work(batch=K)``, K messages claimed in one transaction and
+  completed in one; with its latency per message (claim to ACK).
+* ``workers_N``: N real worker processes on one file; shares per worker.
+* peers: persist-queue ``SQLiteAckQueue`` get+ack, litequeue pop+done, huey's
+  ``SqliteStorage`` dequeue (deletes on dequeue: at-most-once) and dequeue +
+  ``put_data`` (a stored result). They are installed only for the benchmark.
+* ``claim`` cost over 10,000 and 1,000,000 done rows (the claim query and its
+  UPDATE, without the commit), enqueue of 1,000 lines, and a worker's memory
+  over 100,000 messages (10 files of 10,000).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from queue_core import Handler, ModelClock, Store, ledger
+from queue_core import Handler, ModelClock, Store, database, ledger, work
 from queue_core.envelope import MAX_LINES
 
 NOW = 1000
+AMOUNT = 7  # cents per message: the money check is messages * AMOUNT
+BATCH_SIZES = (16, 64)
+WORKER_COUNTS = (1, 2, 4)
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def batch(first: int, last: int) -> str:
+# ------------------------------------------------------------------ helpers
+
+def batch_text(first: int, last: int, amount: int = AMOUNT) -> str:
     return "".join(
-        json.dumps({"event_id": f"E{n:04d}", "payload": {"category": "book", "amount_cents": 1}}) + "\n"
+        json.dumps({"event_id": f"E{n:04d}", "payload": {"category": "book", "amount_cents": amount}}) + "\n"
         for n in range(first, last)
     )
 
 
-def fresh_store(folder: Path, name: str, events: int) -> Store:
-    store = Store(folder / f"{name}.sqlite3", clock=ModelClock(NOW))
-    ledger.install(store)  # the reference application's effects table
-    for first in range(0, events, MAX_LINES):  # a batch holds at most MAX_LINES lines
-        store.enqueue(batch(first, min(first + MAX_LINES, events)))
-    return store
+def fresh_queue(folder: Path, name: str, messages: int) -> Path:
+    path = folder / f"{name}.sqlite3"
+    with Store(path, clock=ModelClock(NOW)) as store:
+        ledger.install(store)
+        for first in range(0, messages, MAX_LINES):
+            store.enqueue(batch_text(first, min(first + MAX_LINES, messages)))
+    return path
 
 
-def verified(store: Store, events: int) -> None:
-    report = ledger.report(store)
-    if report.queue.count("done") != events or report.effects_count != events:
-        raise SystemExit(f"wrong result: {report.to_dict()}")
+def verify_queue(path: Path, messages: int) -> None:
+    with Store(path, clock=ModelClock(NOW), create=False) as store:
+        report = ledger.report(store)
+    expected = {"messages": {"ready": 0, "leased": 0, "done": messages, "dead": 0},
+                "effects": {"count": messages, "total_cents": messages * AMOUNT,
+                            "by_category": {"book": messages * AMOUNT}}}
+    if report.to_dict() != expected:
+        raise SystemExit(f"{path.name}: wrong result {report.to_dict()}, expected {expected}")
 
 
-def loop(store: Store) -> None:
-    handler = Handler()
-    while (lease := store.claim(lease_seconds=60)) is not None:
-        store.complete(lease, handler)
-
-
-def measure_loop(folder: Path, events: int, hold_idle_connection: bool) -> float:
-    name = "idle" if hold_idle_connection else "per-tx"
-    store = fresh_store(folder, name, events)
-    idle = sqlite3.connect(store.path) if hold_idle_connection else None
-    try:
-        started = time.perf_counter()
-        loop(store)
-        seconds = time.perf_counter() - started
-    finally:
-        if idle is not None:
-            idle.close()
-    verified(store, events)
-    return events / seconds
-
-
-def measure_workers(folder: Path, events: int, workers: int) -> float:
-    store = fresh_store(folder, f"workers-{workers}", events)
-    command = [sys.executable, "-m", "queue_core", "--db", str(store.path), "--now", str(NOW),
-               "work", "--lease-seconds", "60"]
+@contextmanager
+def timed() -> Iterator[list[float]]:
+    box: list[float] = []
     started = time.perf_counter()
-    processes = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(workers)]
-    statuses = [process.wait() for process in processes]
-    seconds = time.perf_counter() - started
-    if any(statuses):
-        raise SystemExit(f"a worker failed: exit statuses {statuses}")
-    verified(store, events)
-    return events / seconds
+    yield box
+    box.append(time.perf_counter() - started)
 
 
-def run(events: int, worker_counts: tuple[int, ...] = (1, 2, 4)) -> dict[str, object]:
+# ------------------------------------------------------------- measurements
+
+def measure_raw(folder: Path, commits: int, journal: str = "WAL", synchronous: str = "FULL") -> float:
+    conn = sqlite3.connect(folder / f"raw-{journal}-{synchronous}.sqlite3", isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA journal_mode = {journal}")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+        conn.execute("INSERT INTO t VALUES (1, 0)")
+        with timed() as seconds:
+            for _ in range(commits):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("UPDATE t SET v = v + 1 WHERE id = 1")
+                conn.execute("COMMIT")
+        if conn.execute("SELECT v FROM t").fetchone()[0] != commits:
+            raise SystemExit("raw: wrong count")
+    finally:
+        conn.close()
+    return commits / seconds[0]
+
+
+class PerTransactionStore(Store):
+    """The connection policy before this issue: a connection opened and closed around each transaction."""
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        conn = database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
+        try:
+            yield conn
+        finally:
+            database.close(conn, quiet=True)
+
+
+def measure_per_transaction(folder: Path, messages: int) -> float:
+    path = fresh_queue(folder, "per-tx", messages)
+    store, handler = PerTransactionStore(path, clock=ModelClock(NOW), create=False), Handler()
+    with timed() as seconds:
+        while (lease := store.claim(60)) is not None:
+            store.complete(lease, handler)
+    verify_queue(path, messages)
+    return messages / seconds[0]
+
+
+class LatencyProbe:
+    """Times each message from the start of its claim to the commit of its ACK."""
+
+    def __init__(self, batch: int) -> None:
+        self.claim_point = "claim_many.after_begin" if batch > 1 else "claim.after_begin"
+        self.ack_point = "complete_many.after_commit" if batch > 1 else "complete.after_commit"
+        self.claimed_at = 0.0
+        self.claimed = 0
+        self.latencies: list[float] = []
+        self._counting = "claim.after_update"
+
+    def __call__(self, point: str) -> None:
+        if point == self.claim_point:
+            self.claimed_at, self.claimed = time.perf_counter(), 0
+        elif point == self._counting:
+            self.claimed += 1
+        elif point == self.ack_point:
+            self.latencies += [time.perf_counter() - self.claimed_at] * self.claimed
+
+
+def measure_work(folder: Path, messages: int, batch: int) -> tuple[float, float]:
+    path = fresh_queue(folder, f"work-{batch}", messages)
+    probe = LatencyProbe(batch)
+    with Store(path, clock=ModelClock(NOW), create=False, probe=probe) as store:
+        with timed() as seconds:
+            summary = work(store, Handler(), lease_seconds=600, batch=batch)
+    if summary.done != messages:
+        raise SystemExit(f"batch {batch}: {summary}")
+    verify_queue(path, messages)
+    return messages / seconds[0], statistics.median(probe.latencies)
+
+
+WORKER_PROGRAM = """
+import json, sys
+from queue_core import Handler, ModelClock, Store, database, ledger, work
+with Store(sys.argv[1], clock=ModelClock(int(sys.argv[2])), create=False) as store:
+    ledger.install(store)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    print(json.dumps(work(store, Handler(), lease_seconds=600).to_dict()), flush=True)
+"""
+
+
+def measure_processes(folder: Path, messages: int, workers: int) -> tuple[float, list[int]]:
+    path = fresh_queue(folder, f"workers-{workers}", messages)
+    command = [sys.executable, "-c", WORKER_PROGRAM, str(path), str(NOW)]
+    processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for _ in range(workers)]
+    try:
+        for process in processes:  # every worker has started Python and opened the file
+            if process.stdout is None or process.stdout.readline().strip() != "ready":
+                raise SystemExit("a worker did not start")
+        with timed() as seconds:
+            for process in processes:
+                assert process.stdin is not None
+                process.stdin.write("go\n")
+                process.stdin.flush()
+            outputs = [process.communicate()[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    if any(process.returncode for process in processes):
+        raise SystemExit(f"workers_{workers}: exit statuses {[p.returncode for p in processes]}")
+    shares = [json.loads(output)["done"] for output in outputs]
+    verify_queue(path, messages)
+    return messages / seconds[0], shares
+
+
+# ------------------------------------------------------------------- peers
+
+def _peer_persist_queue(folder: Path, messages: int) -> float:
+    from persistqueue import SQLiteAckQueue  # type: ignore[import-not-found]
+
+    queue = SQLiteAckQueue(str(folder / "persist-queue"), auto_commit=True)
+    for connection in {id(c): c for c in (queue._getter, queue._putter)}.values():
+        connection.execute("PRAGMA synchronous = FULL")
+    for n in range(messages):
+        queue.put({"n": n})
+    acked = 0
+    with timed() as seconds:
+        while True:
+            try:
+                item = queue.get(block=False)
+            except Exception as exc:  # persistqueue.Empty
+                if type(exc).__name__ != "Empty":
+                    raise
+                break
+            queue.ack(item)
+            acked += 1
+    if acked != messages or queue.acked_count() != messages:
+        raise SystemExit(f"persist-queue: acked {acked}, counted {queue.acked_count()}")
+    queue.close()
+    return messages / seconds[0]
+
+
+def _peer_litequeue(folder: Path, messages: int) -> float:
+    from litequeue import LiteQueue  # type: ignore[import-not-found]
+
+    queue = LiteQueue(str(folder / "litequeue.sqlite3"))
+    queue.conn.execute("PRAGMA synchronous = FULL")  # it sets NORMAL itself
+    for n in range(messages):
+        queue.put(json.dumps({"n": n}))
+    done = 0
+    with timed() as seconds:
+        while (message := queue.pop()) is not None:
+            queue.done(message.message_id)
+            done += 1
+    left = queue.conn.execute(f"SELECT count(*) FROM {queue.table} WHERE done_time IS NULL").fetchone()[0]
+    if done != messages or left:
+        raise SystemExit(f"litequeue: done {done}, left {left}")
+    queue.conn.close()
+    return messages / seconds[0]
+
+
+def _peer_huey(folder: Path, messages: int, *, store_result: bool) -> float:
+    from huey.storage import SqliteStorage  # type: ignore[import-not-found]
+
+    name = "huey-result" if store_result else "huey"
+    storage = SqliteStorage(name="bench", filename=str(folder / f"{name}.sqlite3"), fsync=True)
+    for n in range(messages):
+        storage.enqueue(json.dumps({"n": n}).encode())
+    taken = 0
+    with timed() as seconds:
+        while (data := storage.dequeue()) is not None:
+            if store_result:
+                storage.put_data(f"result-{taken}", data, is_result=True)
+            taken += 1
+    results = storage.result_store_size()
+    if taken != messages or storage.queue_size() != 0 or (store_result and results != messages):
+        raise SystemExit(f"huey: took {taken}, left {storage.queue_size()}, results {results}")
+    storage.close()
+    return messages / seconds[0]
+
+
+PEERS: dict[str, Callable[[Path, int], float]] = {
+    "persist-queue get+ack": _peer_persist_queue,
+    "litequeue pop+done": _peer_litequeue,
+    "huey dequeue (deletes)": lambda folder, n: _peer_huey(folder, n, store_result=False),
+    "huey dequeue + result": lambda folder, n: _peer_huey(folder, n, store_result=True),
+}
+
+
+def peers_available() -> bool:
+    try:
+        import huey  # type: ignore[import-not-found]  # noqa: F401
+        import litequeue  # noqa: F401
+        import persistqueue  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ------------------------------------------------------- claim, enqueue, memory
+
+def measure_claim_history(folder: Path, done_rows: int, claims: int = 500) -> float:
+    """Seconds per claim (query + UPDATE, no commit) with ``done_rows`` finished messages stored.
+
+    The id format allows 10,000 ids per file, so the history rows are written
+    with CHECKs off and ids outside the format: only to measure the index.
+    """
+    path = fresh_queue(folder, f"history-{done_rows}", claims)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO messages (event_id, payload, state, attempts, generation, available_at) "
+            "VALUES (?, '{}', 'done', 1, 1, ?)",
+            ((f"H{n:07d}", n % 900) for n in range(done_rows)))  # older than every ready row
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    with Store(path, clock=ModelClock(NOW), create=False) as store:
+        spent = 0.0
+        for _ in range(claims):
+            with store.snapshot():  # warm: the same connection as the transaction below
+                pass
+            try:
+                with store.transaction() as tx:
+                    started = time.perf_counter()
+                    lease = store.claim_tx(tx, 60)
+                    spent += time.perf_counter() - started
+                    if lease is None:
+                        raise SystemExit("history: nothing to claim")
+                    raise _Undo
+            except _Undo:
+                pass
+    return spent / claims
+
+
+class _Undo(Exception):
+    """Roll the measured claim back: the next claim finds the same state."""
+
+
+def measure_enqueue(folder: Path, repeats: int = 7) -> float:
+    text = batch_text(0, MAX_LINES)
+    times = []
+    for n in range(repeats):
+        with Store(folder / f"enqueue-{n}.sqlite3", clock=ModelClock(NOW)) as store:
+            with timed() as seconds:
+                result = store.enqueue(text)
+            if result.accepted != MAX_LINES:
+                raise SystemExit(f"enqueue: {result}")
+            times.append(seconds[0])
+    return statistics.median(times)
+
+
+MEMORY_PROGRAM = """
+import json, resource, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from bench import NOW, fresh_queue, verify_queue
+from queue_core import Handler, ModelClock, Store, work
+folder, rounds, per_round = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def rss_kib():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize() // 1024
+samples = []
+handler = Handler()
+for n in range(rounds):
+    path = fresh_queue(folder, f"memory-{n}", per_round)
+    with Store(path, clock=ModelClock(NOW), create=False) as store:
+        work(store, handler, lease_seconds=600)
+    verify_queue(path, per_round)
+    path.unlink()
+    samples.append(rss_kib())
+print(json.dumps(samples))
+"""
+
+
+def measure_memory(folder: Path, rounds: int, per_round: int) -> list[int]:
+    output = subprocess.run([sys.executable, "-c", MEMORY_PROGRAM, str(Path(__file__).parent), str(folder),
+                             str(rounds), str(per_round)], check=True, capture_output=True, text=True).stdout
+    samples: list[int] = json.loads(output)
+    return samples
+
+
+# --------------------------------------------------------------------- run
+
+def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: tuple[int, int] = (10_000, 1_000_000),
+        memory: tuple[int, int] = (10, 10_000), worker_counts: tuple[int, ...] = WORKER_COUNTS,
+        batch_sizes: tuple[int, ...] = BATCH_SIZES) -> dict[str, Any]:
+    """Every measurement, ``rounds`` times in rotating order; medians and the targets' ratios."""
+    samples: dict[str, list[float]] = {}
+    latencies: dict[str, list[float]] = {}
+    shares: dict[str, list[list[int]]] = {}
+    jobs: list[tuple[str, Callable[[Path], None]]] = []
+
+    def rate(name: str, value: float) -> None:
+        samples.setdefault(name, []).append(value)
+
+    jobs.append(("raw", lambda f: rate("raw", measure_raw(f, messages))))
+    # What the other settings would buy (the performance page says what each loses).
+    jobs.append(("raw WAL, NORMAL", lambda f: rate("raw WAL, NORMAL", measure_raw(f, messages, "WAL", "NORMAL"))))
+    jobs.append(("raw rollback journal, FULL",
+                 lambda f: rate("raw rollback journal, FULL", measure_raw(f, min(messages, 2000), "DELETE", "FULL"))))
+    jobs.append(("per_transaction", lambda f: rate("per_transaction", measure_per_transaction(f, min(messages, 2000)))))
+    for size in (1, *batch_sizes):
+        name = "simple" if size == 1 else f"batch_{size}"
+
+        def job(f: Path, size: int = size, name: str = name) -> None:
+            value, latency = measure_work(f, messages, size)
+            rate(name, value)
+            latencies.setdefault(name, []).append(latency)
+        jobs.append((name, job))
+    for count in worker_counts:
+        def procs(f: Path, count: int = count) -> None:
+            value, split = measure_processes(f, messages, count)
+            rate(f"workers_{count}", value)
+            shares.setdefault(f"workers_{count}", []).append(split)
+        jobs.append((f"workers_{count}", procs))
+    with_peers = peers and peers_available()
+    if with_peers:
+        for peer, measure in PEERS.items():
+            jobs.append((peer, lambda f, peer=peer, measure=measure: rate(peer, measure(f, messages))))
+
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="queue-core-bench-") as tmp:
-        folder = Path(tmp)
-        rates = {
-            "per_transaction": measure_loop(folder, events, hold_idle_connection=False),
-            "idle_connection_held": measure_loop(folder, events, hold_idle_connection=True),
-        }
-        for count in worker_counts:
-            rates[f"workers_{count}"] = measure_workers(folder, events, count)
-    base = rates["per_transaction"]
+        for round_number in range(rounds):
+            rotation = round_number % len(jobs)
+            for index, (name, job) in enumerate(jobs[rotation:] + jobs[:rotation]):
+                folder = Path(tmp) / f"r{round_number}-{index}"
+                folder.mkdir()
+                job(folder)
+        claim_seconds = {str(rows): measure_claim_history(Path(tmp), rows) for rows in history}
+        enqueue_seconds = measure_enqueue(Path(tmp))
+        memory_kib = measure_memory(Path(tmp), *memory) if memory[0] else []
+
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    raw = median["raw"]
+    ceiling = raw / 2
+    low, high = (str(rows) for rows in history)
+    targets = {
+        "simple / two-commit ceiling": (median["simple"] / ceiling, ">= 0.85"),
+        **{f"batch_{k} / raw commits": (median[f"batch_{k}"] / raw, ">= 2") for k in batch_sizes},
+        **{f"simple / {peer}": (median["simple"] / median[peer], ">= 1.2") for peer in PEERS if with_peers},
+        f"claim over {high} / over {low} done rows": (claim_seconds[high] / claim_seconds[low], "<= 1.3"),
+        **{f"workers_{n} / workers_1": (median[f"workers_{n}"] / median["workers_1"], ">= 0.9")
+           for n in worker_counts if n > 1 and "workers_1" in median},
+        "enqueue of 1,000 lines (ms)": (enqueue_seconds * 1000, "<= 15"),
+    }
+    if memory_kib:
+        targets["worker memory: last / first round"] = (memory_kib[-1] / memory_kib[0], "<= 1.1 (flat)")
     return {
-        "events": events,
-        "messages_per_second": {name: round(rate, 1) for name, rate in rates.items()},
-        "ratio_to_per_transaction": {name: round(rate / base, 2) for name, rate in rates.items()},
-        "sqlite": sqlite3.sqlite_version,
+        "machine": _machine(),
+        "parameters": {"messages": messages, "rounds": rounds, "batch_sizes": list(batch_sizes),
+                       "worker_counts": list(worker_counts), "history_rows": list(history),
+                       "memory_rounds": memory[0], "memory_messages_per_round": memory[1]},
+        "seconds": round(time.perf_counter() - started, 1),
+        "messages_per_second": {name: round(value, 1) for name, value in median.items()},
+        "samples": {name: [round(v, 1) for v in values] for name, values in samples.items()},
+        "two_commit_ceiling": round(ceiling, 1),
+        "latency_ms": {name: round(statistics.median(values) * 1000, 3) for name, values in latencies.items()},
+        "shares": shares,
+        "claim_microseconds": {rows: round(seconds * 1e6, 1) for rows, seconds in claim_seconds.items()},
+        "enqueue_1000_ms": round(enqueue_seconds * 1000, 2),
+        "memory_kib": memory_kib,
+        "targets": {name: {"value": round(value, 3), "target": target, "met": _met(value, target)}
+                    for name, (value, target) in targets.items()},
+        "peers": with_peers,
     }
 
 
+def _met(value: float, target: str) -> bool:
+    operator, number = target.split()[:2]
+    return value >= float(number) if operator == ">=" else value <= float(number)
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "date": datetime.date.today().isoformat(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "system": f"{platform.system()} {platform.release()} ({platform.machine()})",
+        "cpus": os.cpu_count(),
+        "journal": "WAL", "synchronous": "FULL",
+    }
+
+
+# ------------------------------------------------------------------ report
+
+def markdown(result: dict[str, Any]) -> str:
+    rates = result["messages_per_second"]
+    raw = rates["raw"]
+    lines = ["| measurement | messages/s | ratio to raw commits | latency per message |",
+             "| --- | ---: | ---: | ---: |"]
+    for name, value in rates.items():
+        latency = result["latency_ms"].get(name)
+        shown = f"{latency:.2f} ms" if latency is not None else ""
+        lines.append(f"| {name} | {value:,.0f} | {value / raw:.2f} | {shown} |")
+    lines += ["", "| target | measured | wanted | met |", "| --- | ---: | --- | --- |"]
+    for name, entry in result["targets"].items():
+        lines.append(f"| {name} | {entry['value']:.3g} | {entry['target']} | {'yes' if entry['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(result: dict[str, Any], path: Path) -> None:
+    import matplotlib  # type: ignore[import-not-found]
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+
+    rates = result["messages_per_second"]
+    names = [n for n in rates if n != "raw"]
+    values = [rates[n] for n in names]
+    colors = ["#3f51b5" if not any(n.startswith(p) for p in ("persist", "lite", "huey")) else "#9e9e9e"
+              for n in names]
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    ax.barh(names[::-1], values[::-1], color=colors[::-1])
+    ax.axvline(rates["raw"], color="#e65100", linestyle="--", label=f"raw commits/s ({rates['raw']:,.0f})")
+    ax.axvline(result["two_commit_ceiling"], color="#e65100", linestyle=":",
+               label=f"two-commit ceiling ({result['two_commit_ceiling']:,.0f})")
+    ax.set_xlabel("messages per second (median of the run's rounds)")
+    machine = result["machine"]
+    ax.set_title(f"WAL, synchronous=FULL; {machine['cpus']} cores; SQLite {machine['sqlite']}; {machine['date']}",
+                 fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=2000, help="events per measurement (max 10000)")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--messages", type=int, default=5000, help="messages per measurement (max 10000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few messages, one round, no peers")
+    parser.add_argument("--out", type=Path, help="write results.json, results.md and chart.png here")
     args = parser.parse_args()
-    if not 1 <= args.events <= 10_000:
-        parser.error("--events must be 1..10000 (event ids are E0000..E9999)")
-    print(json.dumps(run(args.events), indent=2))
+    if not 1 <= args.messages <= 10_000:
+        parser.error("--messages must be 1..10000 (event ids are E0000..E9999)")
+    if args.quick:
+        result = run(messages=300, rounds=1, peers=False, history=(1_000, 10_000), memory=(2, 300),
+                     worker_counts=(1, 2), batch_sizes=(16,))
+    else:
+        result = run(messages=args.messages, rounds=args.rounds)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        (args.out / "results.md").write_text(markdown(result), encoding="utf-8")
+        try:
+            chart(result, args.out / "chart.png")
+        except ImportError:
+            print("matplotlib is not installed: no chart (make bench installs it)", file=sys.stderr)
+    print(markdown(result))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ database file with its bytes before the child ran. Then the lease runs out,
 the message is claimed again with a new generation, and completed.
 Part 2: the child dies just after its COMMIT instead.
 
+Our own store is closed before the child starts: an open store keeps its
+connection, and with it its own commits in the WAL; closing the last
+connection copies them into the database file, so that the WAL and the file
+then show only what the child did.
+
 Run: python crash_between_insert_and_commit.py   (needs queue_core; leaves nothing behind)
 """
 
@@ -54,33 +59,34 @@ def story(point: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "queue.sqlite3"
         clock = ModelClock(1000)
-        store = Store(db, clock=clock)
-        ledger.install(store)  # the reference application's effects table
-        store.enqueue('{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}')
 
-        def show(step: str) -> None:
+        def show(store: Store, step: str) -> None:
             m = store.message("E0003")
             effects = ", ".join(f"{e} {c} {a}" for e, c, a in ledger.effects(store)) or "none"
             print(f"  t={clock.now()} {step}")
             print(f"         E0003 {m.state}, generation {m.generation}, lease_until {m.lease_until}; "
                   f"effects: {effects}")
 
-        lease = store.claim(lease_seconds=2)
-        show(f"claimed (generation {lease.generation}), committed")
+        with Store(db, clock=clock) as store:  # closed before the child runs
+            ledger.install(store)  # the reference application's effects table
+            store.enqueue('{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}')
+            lease = store.claim(lease_seconds=2)
+            show(store, f"claimed (generation {lease.generation}), committed")
         before = hashlib.sha256(db.read_bytes()).digest()
         status = run_crashing_completion(db, lease, now=clock.now(), point=point, how=HOW)
         print(f"  the child process died at {point}: exit status {status}")
         print(f"  {wal_summary(db)}")  # read before any connection touches the file
         print(f"  queue.sqlite3 unchanged by the child: {hashlib.sha256(db.read_bytes()).digest() == before}")
         print(f"  PRAGMA integrity_check: {integrity(db)}")
-        show("right after the crash")
-        clock.set(lease.lease_until)  # the dead worker's lease runs out
-        again = store.claim(lease_seconds=2)
-        if again is None:
-            show("the next claim: nothing to redo")
-            return
-        outcome = store.complete(again, Handler()).outcome.value
-        show(f"claimed again (generation {again.generation}), completed: {outcome}")
+        with Store(db, clock=clock) as store:
+            show(store, "right after the crash")
+            clock.set(lease.lease_until)  # the dead worker's lease runs out
+            again = store.claim(lease_seconds=2)
+            if again is None:
+                show(store, "the next claim: nothing to redo")
+                return
+            outcome = store.complete(again, Handler()).outcome.value
+            show(store, f"claimed again (generation {again.generation}), completed: {outcome}")
 
 
 print("1. crash between INSERT and COMMIT")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +21,17 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db: Path, clock: ModelClock) -> Store:
+def store(db: Path, clock: ModelClock) -> Iterator[Store]:
     """A queue with the reference application (the ledger's ``effects`` table) installed, as the CLI does.
 
     ``Store(...)`` alone creates only the queue's schema; tests of that use
-    ``Store(db, clock=clock)`` directly.
+    ``Store(db, clock=clock)`` directly. The store keeps its connections
+    until it is closed, which this fixture does after the test (a test that
+    inspects the files themselves closes it first: ``close()`` may be called twice).
     """
-    queue = Store(db, clock=clock)
-    ledger.install(queue)
-    return queue
+    with Store(db, clock=clock) as queue:
+        ledger.install(queue)
+        yield queue
 
 
 @pytest.fixture

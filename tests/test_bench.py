@@ -1,20 +1,58 @@
-"""The benchmark script runs and reports every measurement (no timing is asserted)."""
+"""The benchmark script runs, verifies and reports every measurement (no timing is asserted)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
 
 
-def test_bench_reports_ratios_for_every_measurement() -> None:
+def load_bench():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("bench", BENCH)
+    assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    report = bench.run(events=1010, worker_counts=(1, 2))  # more than one batch
-    names = {"per_transaction", "idle_connection_held", "workers_1", "workers_2"}
+    return bench
+
+
+def test_bench_reports_every_measurement_and_every_target() -> None:
+    bench = load_bench()
+    report = bench.run(messages=1010, rounds=1, peers=False, history=(500, 5_000), memory=(2, 200),
+                       worker_counts=(1, 2), batch_sizes=(16,))  # 1,010 messages: more than one enqueue batch
+    names = {"raw", "raw WAL, NORMAL", "raw rollback journal, FULL", "per_transaction", "simple", "batch_16",
+             "workers_1", "workers_2"}
     assert set(report["messages_per_second"]) == names
-    assert set(report["ratio_to_per_transaction"]) == names
-    assert report["ratio_to_per_transaction"]["per_transaction"] == 1.0
     assert all(rate > 0 for rate in report["messages_per_second"].values())
+    assert set(report["latency_ms"]) == {"simple", "batch_16"}
+    assert [sum(split) for split in report["shares"]["workers_2"]] == [1010]
+    assert len(report["memory_kib"]) == 2
+    assert set(report["targets"]) == {
+        "simple / two-commit ceiling", "batch_16 / raw commits", "claim over 5000 / over 500 done rows",
+        "workers_2 / workers_1", "enqueue of 1,000 lines (ms)", "worker memory: last / first round"}
+    assert all(isinstance(t["met"], bool) for t in report["targets"].values())
+    assert "| simple |" in bench.markdown(report)
+
+
+def test_a_wrong_result_is_refused(tmp_path: Path) -> None:
+    # The verification is real: a queue with one message left undone fails it.
+    bench = load_bench()
+    path = bench.fresh_queue(tmp_path, "short", 3)
+    try:
+        bench.verify_queue(path, 3)
+    except SystemExit as exc:
+        assert "wrong result" in str(exc)
+    else:
+        raise AssertionError("an unworked queue passed verification")
+
+
+def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)], check=True,
+                   capture_output=True, text=True)
+    result = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert result["parameters"]["messages"] == 300
+    assert (out / "results.md").read_text(encoding="utf-8").startswith("| measurement |")

@@ -1,9 +1,10 @@
 """The crash matrix: every write operation, dying at every fault point, two ways.
 
 ``queue_core.testing.matrix.crash_matrix`` runs each operation (enqueue, claim, complete,
-also under idempotency receipts, fail temporary and permanent, redrive) in a real
-child process that dies at
-each probe point the operation reaches (``store.PROBE_POINTS``), once by
+also under idempotency receipts, fail temporary and permanent, redrive, and the
+batched path's claim_many and complete_many) in a real child process that dies at
+each probe point the operation reaches (``store.PROBE_POINTS``), at every time it
+reaches it (a batch reaches its messages' points once per message), once by
 ``os._exit`` and once by SIGKILL; a fresh worker then finishes the queue and
 every invariant is checked. The run leaves a record in
 ``test-artifacts/evidence/`` that the page "How we know" shows
@@ -12,6 +13,10 @@ every invariant is checked. The run leaves a record in
 Also here: a store without a probe pays nothing for its points and no CLI path
 gives it one, and the checker really finds each kind of violation (negative
 controls), so that "0 violations" means something.
+
+Every file that is inspected byte by byte, copied or damaged here is first
+closed by every store that wrote it (``with Store(...)``): an open store keeps
+its commits in the ``-wal`` file beside it, not yet in the main file.
 """
 
 from __future__ import annotations
@@ -31,10 +36,18 @@ import pytest
 
 import queue_core
 from queue_core import Handler, ModelClock, Store, cli, ledger
-from queue_core.store import OPERATIONS, PROBE_POINTS
+from queue_core.store import BATCH_OPERATIONS, OPERATIONS, PROBE_POINTS, Lease
 from queue_core.testing import records
 from queue_core.testing.chaos import QUEUE_CORE
-from queue_core.testing.child import CRASH_EXIT_CODE, NOT_REACHED_EXIT_CODE, child_command, run_crashing
+from queue_core.testing.child import (
+    CRASH_EXIT_CODE,
+    NOT_REACHED_EXIT_CODE,
+    child_command,
+    lease_argument,
+    parse_lease_argument,
+    points_of,
+    run_crashing,
+)
 from queue_core.testing.faults import FaultPlan
 from queue_core.testing.invariants import FileState, check_invariants, finish_queue, losses_and_doubles, read_file
 from queue_core.testing.matrix import (
@@ -72,11 +85,37 @@ def failures(rows: list[CrashRow]) -> str:
 
 
 def test_every_fault_point_is_crashed_at_both_ways(matrix: list[CrashRow]) -> None:
+    assert len(PROBE_POINTS) == 34  # 28 of the simple path, 3 of each batch operation's own
     assert uncovered_points(matrix) == set()
     ways = Counter((row.scenario, row.point, row.hit) for row in matrix)
     assert set(ways.values()) == {2}  # each case once by os._exit, once by SIGKILL
     assert {row.operation for row in matrix} == set(OPERATIONS)
     assert len(matrix) >= 2 * len(PROBE_POINTS)
+    for row in matrix:  # every case died at a point of its own operation, at a hit the operation reaches
+        assert row.point in points_of(row.operation), row
+        assert 1 <= row.hit <= row.repeats, row
+
+
+def test_every_point_of_a_batch_is_crashed_at_every_hit(matrix: list[CrashRow]) -> None:
+    batch_points = {p for p in PROBE_POINTS if p.split(".")[0] in BATCH_OPERATIONS}
+    assert len(batch_points) == 6
+    assert batch_points <= {row.point for row in matrix if row.operation in BATCH_OPERATIONS}
+    claims = Counter(row.label for row in matrix if row.scenario == "claim-many")
+    # claim_many(3): four reads (E0001 expires to dead, then E0002..E0004 are leased), three updates.
+    assert claims == Counter({label: 2 for label in (
+        "claim_many.after_begin", "claim.after_read #1", "claim.after_expire", "claim.after_read #2",
+        "claim.after_update #1", "claim.after_read #3", "claim.after_update #2", "claim.after_read #4",
+        "claim.after_update #3", "claim_many.before_commit", "claim_many.after_commit")})
+    completions = Counter(row.label for row in matrix if row.scenario == "complete-many")
+    # complete_many of E0002 (done), E0001 (stale: refused before any point) and E0004 (refused by the handler).
+    assert completions == Counter({label: 2 for label in (
+        "complete_many.after_begin", "complete.after_read #1", "complete.after_effect", "complete.after_recheck",
+        "complete.after_update #1", "complete.after_read #2", "complete.after_update #2",
+        "complete_many.before_commit", "complete_many.after_commit")})
+    for row in matrix:
+        if row.operation in BATCH_OPERATIONS:
+            assert row.ok and row.losses == row.doubles == 0, row
+            assert row.after_crash == (COMMITTED if row.point.endswith(".after_commit") else ROLLED_BACK), row
 
 
 @pytest.mark.parametrize("scenario", SCENARIO_KEYS)
@@ -120,6 +159,21 @@ def test_the_matrix_takes_each_branch_of_the_specification(matrix: list[CrashRow
     assert finals[("complete-receipt-first", ROLLED_BACK)] == "E0001 done 2/2 on E0002's receipt, E0002 done 1/1"
     assert finals[("complete-receipt-reused", COMMITTED)] == "E0001 done 1/1, E0002 done 1/1 on E0001's receipt"
     assert finals[("complete-receipt-reused", ROLLED_BACK)] == "E0001 done 1/1, E0002 done 2/2 on E0001's receipt"
+    # claim_many: the expiry to dead and the three leases commit together, or nothing does.
+    after = {(row.scenario, row.after_crash): row.shown_after_crash for row in matrix}
+    assert after[("claim-many", COMMITTED)] == (
+        "E0001 dead 3/3, E0002 leased 1/1, E0003 leased 1/1, E0004 leased 1/1, E0005 ready 0/0")
+    assert after[("claim-many", ROLLED_BACK)] == (
+        "E0001 leased 3/3, E0002 ready 0/0, E0003 ready 0/0, E0004 ready 0/0, E0005 ready 0/0")
+    assert finals[("claim-many", COMMITTED)] == (
+        "E0001 dead 3/3, E0002 done 2/2, E0003 done 2/2, E0004 dead 2/2, E0005 done 1/1")
+    assert finals[("claim-many", ROLLED_BACK)] == (
+        "E0001 dead 3/3, E0002 done 1/1, E0003 done 1/1, E0004 dead 1/1, E0005 done 1/1")
+    # complete_many: the stale lease of E0001 leaves its current lease (generation 2) untouched.
+    assert after[("complete-many", COMMITTED)] == "E0001 leased 2/2, E0002 done 1/1, E0004 dead 1/1"
+    assert after[("complete-many", ROLLED_BACK)] == "E0001 leased 2/2, E0002 leased 1/1, E0004 leased 1/1"
+    assert finals[("complete-many", COMMITTED)] == "E0001 done 3/3, E0002 done 1/1, E0004 dead 1/1"
+    assert finals[("complete-many", ROLLED_BACK)] == "E0001 done 3/3, E0002 done 2/2, E0004 dead 2/2"
 
 
 def test_receipt_completions_die_at_every_point_of_complete_they_reach(matrix: list[CrashRow]) -> None:
@@ -149,36 +203,89 @@ def test_a_point_the_operation_never_reaches_is_a_failure_not_a_pass(tmp_path: P
 
 def test_the_child_completes_under_receipts_only_when_asked(tmp_path: Path) -> None:
     db = tmp_path / "q.sqlite3"
-    store = Store(db, clock=ModelClock(1000))
-    ledger.install(store)
-    store.enqueue(batch_text(RECEIPT_EVENTS))
-    lease = store.claim(2)
+    with Store(db, clock=ModelClock(1000)) as store:
+        ledger.install(store)
+        store.enqueue(batch_text(RECEIPT_EVENTS))
+        lease = store.claim(2)
     assert lease is not None
     assert "--receipts" not in child_command(db, "complete", lease=lease, now=1000, trace=True)
     under = child_command(db, "complete", lease=lease, now=1000, trace=True, receipts=True)
     assert "--receipts" in under
-    with pytest.raises(ValueError, match="only to complete"):
-        child_command(db, "claim", now=1000, trace=True, receipts=True)
+    assert "--receipts" in child_command(db, "complete_many", leases=[lease], now=1000, trace=True, receipts=True)
+    for operation in ("claim", "claim_many", "enqueue", "fail", "redrive"):
+        with pytest.raises(ValueError, match="only to complete"):
+            child_command(db, operation, now=1000, trace=True, receipts=True)
     assert subprocess.run(under, capture_output=True, check=False).returncode == 0
     assert [(r[0], r[1], r[3]) for r in read_file(db).receipts] == [("north", "order-7:charge", "E0001")]
 
 
 def test_the_child_refuses_a_point_of_another_operation(tmp_path: Path) -> None:
     db = tmp_path / "q.sqlite3"
-    Store(db, clock=ModelClock(1000)).enqueue('{"event_id": "E0001", "payload": {"category": "pen", '
-                                              '"amount_cents": 1}}\n')
+    with Store(db, clock=ModelClock(1000)) as store:
+        store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
     status = run_crashing(db, "claim", now=1000, point="complete.after_effect", capture=True)
     assert status == 2
-    assert Store(db).message("E0001").state == "ready"
+    # A batch reaches its messages' points, but not another operation's, nor the batch of the other kind.
+    assert run_crashing(db, "claim_many", count=2, now=1000, point="complete.after_read", capture=True) == 2
+    assert run_crashing(db, "claim_many", count=2, now=1000, point="complete_many.after_begin", capture=True) == 2
+    assert run_crashing(db, "claim", now=1000, point="claim_many.after_begin", capture=True) == 2
+    with Store(db) as store:
+        assert store.message("E0001").state == "ready"
+    assert points_of("claim") == {p for p in PROBE_POINTS if p.startswith("claim.")}
+    assert points_of("claim_many") == points_of("claim") | {
+        "claim_many.after_begin", "claim_many.before_commit", "claim_many.after_commit"}
+    assert points_of("complete_many") == {p for p in PROBE_POINTS if p.startswith("complete.")} | {
+        "complete_many.after_begin", "complete_many.before_commit", "complete_many.after_commit"}
+
+
+def test_the_batch_child_takes_its_count_and_its_leases(tmp_path: Path) -> None:
+    db = tmp_path / "q.sqlite3"
+    events = {f"E000{n}": {"category": "pen", "amount_cents": n} for n in range(1, 5)}
+    with Store(db, clock=ModelClock(1000)) as store:
+        ledger.install(store)
+        store.enqueue(batch_text(events))
+    with pytest.raises(ValueError, match="count"):
+        child_command(db, "claim_many", now=1000, trace=True)
+    with pytest.raises(ValueError, match="leases"):
+        child_command(db, "complete_many", now=1000, trace=True)
+    claimed = subprocess.run(child_command(db, "claim_many", count=3, lease_seconds=5, now=1000, trace=True),
+                             capture_output=True, text=True, check=False)
+    assert claimed.returncode == 0, claimed.stderr
+    assert claimed.stdout.split() == ["claim_many.after_begin"] + ["claim.after_read", "claim.after_update"] * 3 + [
+        "claim_many.before_commit", "claim_many.after_commit"]
+    with Store(db) as store:
+        leases = [Lease(m.event_id, m.generation, m.attempts, m.lease_until or 0)
+                  for m in store.messages("leased")]
+    assert [(lease.event_id, lease.lease_until) for lease in leases] == [
+        ("E0001", 1005), ("E0002", 1005), ("E0003", 1005)]
+    assert [parse_lease_argument(lease_argument(lease)) for lease in leases] == leases
+    command = child_command(db, "complete_many", leases=leases[::-1], now=1001, trace=True)
+    assert command.count("--lease") == 3 and command[command.index("--lease") + 1] == "E0003:1:1:1005"
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split().count("complete.after_update") == 3
+    state = read_file(db)
+    assert [(m.event_id, m.state) for m in state.messages] == [
+        ("E0001", "done"), ("E0002", "done"), ("E0003", "done"), ("E0004", "ready")]
+    assert check_invariants(state, events=events, expected_total=6, finished=False) == []
+    # A malformed lease, a count the store refuses: usage errors (2), the file untouched.
+    for bad in (["complete_many", str(db), "--lease", "E0004:1:1", "--now", "1001", "--trace"],
+                ["complete_many", str(db), "--lease", "E0004:x:1:9", "--now", "1001", "--trace"],
+                ["claim_many", str(db), "--count", "0", "--now", "1001", "--trace"],
+                ["claim_many", str(db), "--count", "1001", "--now", "1001", "--trace"]):
+        result = subprocess.run([*child_command(db, "claim", now=0, trace=True)[:3], *bad],
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 2, (bad, result.stderr)
+    assert read_file(db).rows() == state.rows()
 
 
 def naive_file(tmp_path: Path, sql: str) -> Path:
     """A finished queue file, then broken on purpose by raw SQL (as a buggy client would)."""
     tmp_path.mkdir(exist_ok=True)
     db = tmp_path / "q.sqlite3"
-    store = Store(db, clock=ModelClock(1000))
-    store.enqueue(batch_text(DEMO_EVENTS))
-    finish_queue(db, 1000)
+    with Store(db, clock=ModelClock(1000)) as store:
+        store.enqueue(batch_text(DEMO_EVENTS))
+    finish_queue(db, 1000)  # closes its store too: everything is in the main file now
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA ignore_check_constraints = ON")
     conn.executescript(sql)
@@ -216,7 +323,8 @@ def receipt_file(tmp_path: Path, sql: str) -> Path:
     """A queue finished under receipts (E0002 ACKed on E0001's receipt), then broken by raw SQL."""
     tmp_path.mkdir(exist_ok=True)
     db = tmp_path / "q.sqlite3"
-    Store(db, clock=ModelClock(1000)).enqueue(batch_text(RECEIPT_EVENTS))
+    with Store(db, clock=ModelClock(1000)) as store:
+        store.enqueue(batch_text(RECEIPT_EVENTS))
     finish_queue(db, 1000, receipts=True)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA ignore_check_constraints = ON")
@@ -273,7 +381,8 @@ def test_without_receipts_a_done_message_needs_its_own_effect(tmp_path: Path) ->
     # The same file finished by a plain handler: both E0001 and E0002 have an effect and no receipt
     # exists; the receipt rules stay silent and the money counts the operation twice, as it was done.
     db = tmp_path / "q.sqlite3"
-    Store(db, clock=ModelClock(1000)).enqueue(batch_text(RECEIPT_EVENTS))
+    with Store(db, clock=ModelClock(1000)) as store:
+        store.enqueue(batch_text(RECEIPT_EVENTS))
     finish_queue(db, 1000)
     assert read_file(db).receipts == ()
     assert check_invariants(db, events=RECEIPT_EVENTS, expected_total=22000) == []
@@ -281,6 +390,7 @@ def test_without_receipts_a_done_message_needs_its_own_effect(tmp_path: Path) ->
 
 def test_the_checker_finds_doubled_money_and_a_damaged_file(tmp_path: Path) -> None:
     db = naive_file(tmp_path, "")
+    assert not (tmp_path / "q.sqlite3-wal").exists()  # every connection closed: the main file holds it all
     assert check_invariants(db, expected_total=27000) == ["money: effects add up to 17000, expected 27000"]
     state = read_file(db)
     doubled = FileState(state.integrity, 0, state.messages, state.effects + (state.effects[0],))
@@ -308,15 +418,15 @@ def test_the_checker_only_reads(tmp_path: Path) -> None:
 
 
 def test_a_point_without_a_probe_costs_well_under_a_microsecond(tmp_path: Path) -> None:
-    store = Store(tmp_path / "q.sqlite3")  # no probe: what the CLI and every application run
-    unarmed = FaultPlan()  # a probe with nothing armed
-    calls = 200_000
-    for reach in (store._at, unarmed):
-        began = time.perf_counter()
-        for _ in range(calls):
-            reach("complete.after_effect")
-        per_call = (time.perf_counter() - began) / calls
-        assert per_call < 1e-6, f"{per_call * 1e9:.0f} ns per point"
+    with Store(tmp_path / "q.sqlite3") as store:  # no probe: what the CLI and every application run
+        unarmed = FaultPlan()  # a probe with nothing armed
+        calls = 200_000
+        for reach in (store._at, unarmed):
+            began = time.perf_counter()
+            for _ in range(calls):
+                reach("complete.after_effect")
+            per_call = (time.perf_counter() - began) / calls
+            assert per_call < 1e-6, f"{per_call * 1e9:.0f} ns per point"
 
 
 def test_nothing_in_queue_core_arms_a_fault_point_except_the_crash_child() -> None:
@@ -372,18 +482,18 @@ def test_the_cli_offers_no_way_to_a_fault_point(tmp_path: Path, monkeypatch: pyt
 
 def test_the_completion_helper_builds_the_same_crash(tmp_path: Path) -> None:
     db = tmp_path / "q.sqlite3"
-    store = Store(db, clock=ModelClock(1000))
-    ledger.install(store)
-    store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
-    lease = store.claim(2)
-    assert lease is not None
-    assert child_command(db, "complete", lease=lease, now=1000, point="complete.after_effect")[3:6] == [
-        "complete", str(db), "E0001"]
-    from queue_core.testing.child import run_crashing_completion
-    assert run_crashing_completion(db, lease, 1000) == CRASH_EXIT_CODE  # dies at complete.after_effect
-    assert ledger.effects(store) == []
-    assert store.complete(lease, Handler()).outcome.value == "done"
-    assert ledger.effects(store) == [("E0001", "pen", 1)]
+    with Store(db, clock=ModelClock(1000)) as store:  # open beside the child, as another worker would be
+        ledger.install(store)
+        store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
+        lease = store.claim(2)
+        assert lease is not None
+        assert child_command(db, "complete", lease=lease, now=1000, point="complete.after_effect")[3:6] == [
+            "complete", str(db), "E0001"]
+        from queue_core.testing.child import run_crashing_completion
+        assert run_crashing_completion(db, lease, 1000) == CRASH_EXIT_CODE  # dies at complete.after_effect
+        assert ledger.effects(store) == []
+        assert store.complete(lease, Handler()).outcome.value == "done"
+        assert ledger.effects(store) == [("E0001", "pen", 1)]
 
 
 def test_the_page_uses_a_record_only_for_the_same_code_and_parameters(tmp_path: Path) -> None:

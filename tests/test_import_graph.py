@@ -10,7 +10,7 @@ GRAPH = import_graph()
 
 # What the protocol may lean on, and nothing else: no handler, no ledger, no
 # receipts, no proof machinery.
-STORE_MAY_IMPORT = {"clock", "database", "envelope", "errors"}
+STORE_MAY_IMPORT = {"clock", "database", "envelope", "errors", "turn"}
 
 
 def test_the_graph_is_read_from_the_real_package() -> None:
@@ -37,10 +37,11 @@ def test_cycles_are_found_when_there_is_one(tmp_path: Path) -> None:
 def test_the_store_knows_no_business() -> None:
     assert GRAPH["store"] <= STORE_MAY_IMPORT, GRAPH["store"] - STORE_MAY_IMPORT
     assert GRAPH["database"] <= {"errors"}
+    assert GRAPH["turn"] <= {"errors"}  # the writer turn is about files and locks, nothing else
 
 
 def test_nothing_in_the_core_imports_the_proof_machinery() -> None:
-    core = {"store", "database", "envelope", "errors", "clock", "ledger", "receipts", "worker"}
+    core = {"store", "database", "turn", "envelope", "errors", "clock", "ledger", "receipts", "worker"}
     for name in core:
         assert not any(t.startswith("testing") for t in GRAPH[name]), (name, GRAPH[name])
 

@@ -186,7 +186,10 @@ def test_the_hand_built_file_is_a_version_1_queue(v1: Path) -> None:
 
 def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> None:
     index_sql = select(v1, "SELECT sql FROM sqlite_master WHERE name = 'messages_claimable'")
-    Store(v1, clock=ModelClock(1000))
+    with Store(v1, clock=ModelClock(1000)):
+        # The migration is checkpointed at once: the new version is in the file itself
+        # while the store is still open, not only in its WAL.
+        assert header_version(v1) == database.SCHEMA_VERSION == 2
     assert header_version(v1) == database.SCHEMA_VERSION == 2
     assert select(v1, "PRAGMA user_version") == [(2,)]
     assert select(v1, "PRAGMA application_id") == [(database.APPLICATION_ID,)]
@@ -205,7 +208,7 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     assert select(v1, "PRAGMA integrity_check") == [("ok",)]
     assert select(v1, "PRAGMA foreign_key_check") == []
     assert select(v1, "PRAGMA journal_mode") == [("wal",)]
-    assert not v1.with_name(v1.name + "-wal").exists()  # every connection was closed
+    assert not v1.with_name(v1.name + "-wal").exists()  # the store was closed: so was every connection
 
 
 def test_the_migrated_file_works_as_a_version_2_queue(v1: Path) -> None:
@@ -267,10 +270,10 @@ def test_an_empty_version_1_file_migrates(tmp_path: Path) -> None:
 
 
 def test_opening_the_migrated_file_again_is_a_no_op(v1: Path) -> None:
-    Store(v1, clock=ModelClock(1000))
+    Store(v1, clock=ModelClock(1000)).close()  # closed: its commits are in the file, not a WAL
     before = fingerprint(v1)
-    Store(v1, clock=ModelClock(1000))
-    Store(v1, clock=ModelClock(2000), create=False)
+    with Store(v1, clock=ModelClock(1000)), Store(v1, clock=ModelClock(2000), create=False):
+        assert fingerprint(v1) == before  # opening writes nothing, not even a -lock file
     assert fingerprint(v1) == before
     assert header_version(v1) == 2
 
@@ -303,7 +306,7 @@ def test_a_migration_that_fails_part_way_leaves_the_file_byte_identical(v1: Path
     # Remove the conflict, and the same file migrates.
     with closing(v1_connect(v1)) as conn:
         conn.execute("DROP INDEX receipts")
-    Store(v1, clock=ModelClock(1000))
+    Store(v1, clock=ModelClock(1000)).close()
     assert header_version(v1) == 2 and "last_detail" in columns(v1, "messages")
 
 
@@ -314,10 +317,10 @@ def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
     # connection is opened read-only by SQLite itself (mode=ro): a real refusal to write.
     opened: list[str] = []
 
-    def read_only(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
+    def read_only(path: Path, *, busy_timeout_ms: int, check_same_thread: bool = True) -> sqlite3.Connection:
         opened.append(str(path))
         conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                               timeout=busy_timeout_ms / 1000)
+                               timeout=busy_timeout_ms / 1000, check_same_thread=check_same_thread)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         return conn
 
@@ -333,7 +336,7 @@ def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
     wal = v1.with_name(v1.name + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0
     assert header_version(v1) == 1
-    Store(v1, clock=ModelClock(1000))  # with a writable connection, the same file migrates
+    Store(v1, clock=ModelClock(1000)).close()  # with a writable connection, the same file migrates
     assert header_version(v1) == 2
 
 
@@ -361,7 +364,8 @@ def test_a_newer_schema_version_is_refused_and_the_file_untouched(tmp_path: Path
     if start == "v1":
         make_v1(path)
     else:
-        Store(path, clock=ModelClock(1000)).enqueue(line("E0001"))
+        with Store(path, clock=ModelClock(1000)) as store:  # closed before the file is changed and compared
+            store.enqueue(line("E0001"))
     newer = database.SCHEMA_VERSION + 1
     bump_version(path, newer)
     before = fingerprint(path)
@@ -376,7 +380,8 @@ def test_a_newer_schema_version_is_refused_and_the_file_untouched(tmp_path: Path
 def test_a_newer_version_still_only_in_the_wal_is_refused(tmp_path: Path) -> None:
     # Another client (a newer queue_core) has committed its upgrade, but only to the WAL.
     path = tmp_path / "q.sqlite3"
-    Store(path, clock=ModelClock(1000)).enqueue(line("E0001"))
+    with Store(path, clock=ModelClock(1000)) as store:  # closed: its commits are in the main file
+        store.enqueue(line("E0001"))
     main_before = path.read_bytes()
     with closing(sqlite3.connect(path, isolation_level=None)) as holder:
         holder.execute("PRAGMA wal_autocheckpoint = 0")

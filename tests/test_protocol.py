@@ -552,16 +552,34 @@ def test_completing_with_the_ledger_needs_it_installed(db: Path, clock: ModelClo
 
 
 def test_connections_are_configured_and_closed(store: Store, db: Path) -> None:
+    # Issue 9: a store keeps one connection per thread for its life, closed by close().
     store.enqueue(line("E0001"))
-    conn = store._connect()
-    try:
-        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2000
-    finally:
-        conn.close()
-    store.status()
+
+    def configuration(conn: sqlite3.Connection) -> tuple[Any, ...]:
+        return (conn.execute("PRAGMA foreign_keys").fetchone()[0],
+                conn.execute("PRAGMA synchronous").fetchone()[0],
+                conn.execute("PRAGMA journal_mode").fetchone()[0],
+                conn.execute("PRAGMA busy_timeout").fetchone()[0],
+                conn.isolation_level)
+
+    configured = (1, 2, "wal", 2000, None)  # synchronous 2 is FULL; the store issues BEGIN/COMMIT itself
+    with store.transaction() as tx:
+        kept = tx.conn
+        assert configuration(kept) == configured
+        # A call nested in the transaction gets a temporary connection of its own, configured alike.
+        temporary_conn, temporary_configuration = store.read(lambda view: (view.conn, configuration(view.conn)))
+        assert temporary_conn is not kept and temporary_configuration == configured
+    with pytest.raises(sqlite3.ProgrammingError):
+        temporary_conn.execute("SELECT 1")  # the temporary one was closed when the nested call ended
+    # Later reads and writes of this thread run on the same kept connection.
+    assert store.read(lambda view: view.conn) is kept
+    with store.transaction() as tx:
+        assert tx.conn is kept
+    assert store.status().count("ready") == 1
+    assert db.with_name(db.name + "-wal").exists()  # a connection is open: SQLite keeps its WAL
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        kept.execute("SELECT 1")
     # When the last connection closes, SQLite checkpoints and removes the WAL:
     # no file left behind means no connection was left open.
     assert not db.with_name(db.name + "-wal").exists()

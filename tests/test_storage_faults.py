@@ -37,6 +37,7 @@ from queue_core import (
     StorageError,
     Store,
     WrongPath,
+    database,
     ledger,
 )
 from queue_core.database import SCHEMA_VERSION
@@ -57,15 +58,22 @@ def line(event_id: str, **payload: Any) -> str:
 
 def build_queue(path: Path) -> None:
     """A queue with a message in every state, an effect and an open lease; all connections closed."""
-    store = Store(path, clock=ModelClock(NOW))
-    ledger.install(store)  # the reference application's effects table, as the CLI installs it
-    store.enqueue("\n".join([line("E0000", category="toy", amount_cents=3000)]
-                            + [line(f"E{n:04d}", category="book", amount_cents=100 * n) for n in range(1, 6)]))
-    store.complete(store.claim(100), Handler())  # E0000: dead (toy)
-    store.complete(store.claim(100), Handler())  # E0001: done, effect 100
-    store.fail(store.claim(100), "flaky")  # E0002: ready again at 1001
-    assert store.claim(100) == LEASE  # E0003: leased until 1100
-    assert not path.with_name(path.name + "-wal").exists()  # checkpointed into one file
+    with Store(path, clock=ModelClock(NOW)) as store:
+        ledger.install(store)  # the reference application's effects table, as the CLI installs it
+        store.enqueue("\n".join([line("E0000", category="toy", amount_cents=3000)]
+                                + [line(f"E{n:04d}", category="book", amount_cents=100 * n) for n in range(1, 6)]))
+        store.complete(store.claim(100), Handler())  # E0000: dead (toy)
+        store.complete(store.claim(100), Handler())  # E0001: done, effect 100
+        store.fail(store.claim(100), "flaky")  # E0002: ready again at 1001
+        assert store.claim(100) == LEASE  # E0003: leased until 1100
+    # The store is closed: its last connection checkpointed everything into one file.
+    assert not path.with_name(path.name + "-wal").exists()
+
+
+def once(db: Path, operation: Callable[[Store], Any], **options: Any) -> Any:
+    """Run ``operation`` on a store of its own and close it, whatever happens (nothing stays open)."""
+    with Store(db, clock=ModelClock(NOW), **{"create": False, **options}) as store:
+        return operation(store)
 
 
 def big_batch(first: int = 100, count: int = 40) -> str:
@@ -123,7 +131,8 @@ def expected_after(source: Path, name: str, tmp: Path) -> dict[str, Any]:
     """The state a successful operation leaves, computed on an ordinary disk."""
     copy = tmp / f"expected-{name}.sqlite3"
     shutil.copyfile(source, copy)
-    OPERATIONS[name](Store(copy, clock=ModelClock(NOW), create=False))
+    with Store(copy, clock=ModelClock(NOW), create=False) as store:
+        OPERATIONS[name](store)
     return logical(copy)
 
 
@@ -204,32 +213,47 @@ def fill(folder: Path, leave: int) -> None:
 # --------------------------------------------------------------- full disk
 
 
-class CappedStore(Store):
-    """A database "full" at its current size: ``PRAGMA max_page_count`` on every connection."""
+@pytest.fixture
+def cap_pages(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path, int | None], None]:
+    """``cap_pages(db, n)``: a database "full" at n pages, by ``PRAGMA max_page_count`` on every
+    connection a store opens to it from then on (``None`` lifts the cap for new connections)."""
+    caps: dict[str, int] = {}
+    real_connect = database.connect
 
-    max_pages = 0
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = super()._connect()
-        conn.execute(f"PRAGMA max_page_count = {self.max_pages}")
+    def connect(path: Path, **options: Any) -> sqlite3.Connection:
+        conn = real_connect(path, **options)
+        if (pages := caps.get(os.path.abspath(path))) is not None:
+            conn.execute(f"PRAGMA max_page_count = {pages}")
         return conn
 
+    def cap(path: Path, pages: int | None) -> None:
+        if pages is None:
+            caps.pop(os.path.abspath(path), None)
+        else:
+            caps[os.path.abspath(path)] = pages
 
-def test_a_database_at_max_page_count_is_disk_full_and_unchanged(tmp_path: Path) -> None:
+    monkeypatch.setattr(database, "connect", connect)  # the one place where the store makes connections
+    return cap
+
+
+def test_a_database_at_max_page_count_is_disk_full_and_unchanged(tmp_path: Path, cap_pages) -> None:
     db = tmp_path / "q.sqlite3"
     build_queue(db)
-    CappedStore.max_pages = len(db.read_bytes()) // 4096
-    capped = CappedStore(db, clock=ModelClock(NOW), create=False)
-    before, print_before = logical(db), fingerprint(db)
-    with pytest.raises(StorageError) as info:
-        capped.enqueue(big_batch())
-    assert info.value.code == "disk_full"
-    assert str(db) in info.value.message and "full" in info.value.message
-    assert logical(db) == before
-    assert fingerprint(db)[0] == print_before[0]  # not one byte written to the database file
-    # Operations that need no new page still work, and a real disk takes the batch.
-    assert capped.claim(100) is not None
-    assert Store(db, clock=ModelClock(NOW)).enqueue(big_batch()).accepted == 40
+    cap_pages(db, len(db.read_bytes()) // 4096)
+    with Store(db, clock=ModelClock(NOW), create=False) as capped:
+        before, print_before = logical(db), fingerprint(db)
+        with pytest.raises(StorageError) as info:
+            capped.enqueue(big_batch())
+        assert info.value.code == "disk_full"
+        assert str(db) in info.value.message and "full" in info.value.message
+        assert logical(db) == before
+        assert fingerprint(db)[0] == print_before[0]  # not one byte written to the database file
+        # Operations that need no new page still work (on a reopened, still capped connection).
+        assert capped.claim(100) is not None
+    # And a real disk takes the batch.
+    cap_pages(db, None)
+    with Store(db, clock=ModelClock(NOW)) as store:
+        assert store.enqueue(big_batch()).accepted == 40
 
 
 def test_every_operation_on_a_filling_disk_is_all_or_nothing(tmp_path: Path, mounts) -> None:
@@ -241,7 +265,7 @@ def test_every_operation_on_a_filling_disk_is_all_or_nothing(tmp_path: Path, mou
     source_bytes = source.read_bytes()
     before = logical(source)
     expected = {name: expected_after(source, name, tmp_path) for name in WRITES}
-    Store(tmp_path / "empty.sqlite3")
+    Store(tmp_path / "empty.sqlite3").close()
     empty = logical(tmp_path / "empty.sqlite3")
     disk = small_disk(tmp_path, mounts)
     outcomes: dict[str, set[str]] = {name: set() for name in [*WRITES, *READS, "create"]}
@@ -253,10 +277,14 @@ def test_every_operation_on_a_filling_disk_is_all_or_nothing(tmp_path: Path, mou
             shutil.copyfile(source, db)
             fill(disk, leave)
             try:
+                # Each store is closed before its files are read or deleted (an open
+                # connection would also keep a deleted file's space on this disk).
                 if name == "create":
-                    Store(disk / "new.sqlite3", clock=ModelClock(NOW)).status()
+                    with Store(disk / "new.sqlite3", clock=ModelClock(NOW)) as store:
+                        store.status()
                 else:
-                    (OPERATIONS.get(name) or READS[name])(Store(db, clock=ModelClock(NOW), create=False))
+                    with Store(db, clock=ModelClock(NOW), create=False) as store:
+                        (OPERATIONS.get(name) or READS[name])(store)
             except StorageError as exc:
                 assert exc.code == "disk_full", (name, leave, exc.code, exc.message)
                 outcomes[name].add("disk_full")
@@ -281,7 +309,7 @@ def test_every_operation_on_a_filling_disk_is_all_or_nothing(tmp_path: Path, mou
         assert outcomes[name] == {"ok", "disk_full"}, (name, outcomes[name])
     # Freeing space is enough: the same database then takes the batch.
     (disk / "filler").unlink()
-    assert Store(disk / "q.sqlite3", clock=ModelClock(NOW), create=False).enqueue(big_batch()).accepted == 40
+    assert once(disk / "q.sqlite3", lambda s: s.enqueue(big_batch())).accepted == 40
 
 
 def test_a_full_disk_before_the_wal_index_exists_is_disk_full_not_io_error(tmp_path: Path, mounts) -> None:
@@ -294,7 +322,7 @@ def test_a_full_disk_before_the_wal_index_exists_is_disk_full_not_io_error(tmp_p
     fill(disk, 0)
     for name, operation in {**OPERATIONS, **READS}.items():
         with pytest.raises(StorageError) as info:
-            operation(Store(db, clock=ModelClock(NOW), create=False))
+            once(db, operation)
         assert info.value.code == "disk_full", (name, info.value.code, info.value.message)
         assert db.read_bytes() == print_before[0]
     assert logical(db) == before
@@ -306,7 +334,7 @@ def test_the_cli_on_a_full_disk(tmp_path: Path, mounts) -> None:
     build_queue(db)
     batch = tmp_path / "big.jsonl"
     batch.write_text(big_batch())
-    Store(db, create=False).status()  # leaves a checkpointed file, as every command does
+    once(db, Store.status)  # then closed: leaves a checkpointed file, as every command does
     fill(disk, 40 * 1024)  # room for the WAL index, not for the batch
     before, print_before = logical(db), fingerprint(db)
     proc = cli(db, "enqueue", str(batch))
@@ -345,13 +373,13 @@ def test_a_read_only_file_system_gives_read_only_and_changes_nothing(tmp_path: P
     assert not os.access(folder, os.W_OK)
     for name, operation in OPERATIONS.items():
         with pytest.raises(StorageError) as info:
-            operation(Store(db, clock=ModelClock(NOW), create=False))
+            once(db, operation)
         assert info.value.code == "read_only", (name, info.value.code, info.value.message)
         assert str(db) in info.value.message
     for name, operation in READS.items():
         # Reading a WAL database needs its -shm file: served, or the same clean refusal.
         try:
-            operation(Store(db, clock=ModelClock(NOW), create=False))
+            once(db, operation)
         except StorageError as exc:
             assert exc.code == "read_only", (name, exc.code, exc.message)
     # A new database cannot be created in a read-only folder either.
@@ -505,8 +533,9 @@ def lock_holder() -> Iterator[Callable[[Path, str], None]]:
         assert holder.wait(timeout=30) == 0
 
 
-def impatient(db: Path) -> Store:
-    return Store(db, clock=ModelClock(NOW), create=False, busy_timeout_ms=50, busy_retry_seconds=0.15)
+def impatient(db: Path, operation: Callable[[Store], Any]) -> Any:
+    """``operation`` on a store that waits only briefly for a busy database (closed afterwards)."""
+    return once(db, operation, busy_timeout_ms=50, busy_retry_seconds=0.15)
 
 
 def test_a_write_lock_held_past_the_timeout(tmp_path: Path, lock_holder) -> None:
@@ -516,11 +545,11 @@ def test_a_write_lock_held_past_the_timeout(tmp_path: Path, lock_holder) -> None
     lock_holder(db, "immediate")
     for name, operation in OPERATIONS.items():
         with pytest.raises(StorageError) as info:
-            operation(impatient(db))
+            impatient(db, operation)
         assert info.value.code == "database_busy", (name, info.value.code)
         assert str(db) in info.value.message
     # WAL: readers are not blocked by a writer, and see the last committed state.
-    snapshot = ledger.report(impatient(db))
+    snapshot = impatient(db, ledger.report)
     assert dict(snapshot.messages) == {"ready": 3, "leased": 1, "done": 1, "dead": 1}
     assert (snapshot.effects_count, snapshot.total_cents) == (1, 100)
     batch = tmp_path / "one.jsonl"
@@ -540,7 +569,7 @@ def test_an_exclusive_lock_held_past_the_timeout_blocks_readers_too(tmp_path: Pa
     lock_holder(db, "exclusive")
     for name, operation in {**OPERATIONS, **READS}.items():
         with pytest.raises(StorageError) as info:
-            operation(impatient(db))
+            impatient(db, operation)
         assert info.value.code == "database_busy", (name, info.value.code, info.value.message)
     batch = tmp_path / "one.jsonl"
     batch.write_text(line("E0050") + "\n")
@@ -619,7 +648,7 @@ def test_a_file_that_claims_to_be_a_queue_but_has_no_tables(tmp_path: Path, vers
     print_before = fingerprint(db)
     for name, operation in {**OPERATIONS, **READS}.items():
         with pytest.raises(StorageError) as info:
-            operation(Store(db, clock=ModelClock(NOW), create=False))
+            once(db, operation)
         assert info.value.code in ("not_a_queue_database", "storage_error"), (name, info.value.code)
     for command in [*CLI_WRITES, *CLI_READS]:
         proc = cli(db, *cli_args(command, tmp_path / "none.jsonl"))

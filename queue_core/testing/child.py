@@ -4,24 +4,35 @@ Used by the demo, the crash tests, the crash matrix
 (``queue_core.testing.matrix``) and your own experiments:
 ``python -m queue_core.testing.child OPERATION DB ...`` opens the database with
 a ``FaultPlan`` probe armed at one point, runs one write operation (enqueue,
-claim, complete, fail, redrive) and dies there with ``os._exit(CODE)`` (no
-``finally``, no ROLLBACK, no COMMIT) or with SIGKILL. It is not part of the
-``queue-core`` CLI, so no user reaches it by accident. ``complete`` runs the
-reference application's handler (``queue_core.ledger``).
+claim, complete, fail, redrive, or a batch: claim_many, complete_many) and
+dies there with ``os._exit(CODE)`` (no ``finally``, no ROLLBACK, no COMMIT) or
+with SIGKILL. It is not part of the ``queue-core`` CLI, so no user reaches it
+by accident. ``complete`` and ``complete_many`` run the reference
+application's handler (``queue_core.ledger``).
 
     python -m queue_core.testing.child enqueue  DB BATCH_FILE            --now T --point enqueue.after_insert
     python -m queue_core.testing.child claim    DB [--lease-seconds S]   --now T --point claim.after_update
     python -m queue_core.testing.child complete DB ID GEN ATTEMPT UNTIL [--category NAME]... [--receipts] --now T ...
     python -m queue_core.testing.child fail     DB ID GEN ATTEMPT UNTIL --code CODE [--permanent] --now T --point ...
     python -m queue_core.testing.child redrive  DB ID [ID...]            --now T --point redrive.after_update
+    python -m queue_core.testing.child claim_many    DB --count K [--lease-seconds S] --now T --point ...
+    python -m queue_core.testing.child complete_many DB --lease ID:GEN:ATTEMPT:UNTIL [--lease ...]...
+                                       [--category NAME]... [--receipts] --now T --point ... [--hit N]
+
+A batch operation reaches its own points (``claim_many.after_begin``, ...) and,
+inside its one transaction, the points of its messages' operation once per
+message (``claim.after_read``, ``complete.after_effect``, ...): those are its
+points too, and ``--hit N`` picks the N-th message that reaches one. The
+leases of ``complete_many`` are completed in the order given.
 
 ``--trace`` (instead of ``--point``) runs the operation to its end and prints
-every fault point it reached, in order: the crash matrix learns from it where
-a child can die. ``--hit N`` dies at the N-th time the point is reached (an
-enqueue reaches ``enqueue.after_insert`` once per new event); ``--how
-sigkill`` sends SIGKILL to itself instead of calling ``os._exit``. ``complete
---receipts`` completes under a ``receipts.ReceiptHandler`` (the operation is
-named by the payload's ``tenant`` and ``operation``: ``receipts.key_from_payload``).
+every fault point of the operation it reached, in order: the crash matrix
+learns from it where a child can die. ``--hit N`` dies at the N-th time the
+point is reached (a batch reaches its messages' points once per message);
+``--how sigkill`` sends SIGKILL to itself instead of calling ``os._exit``.
+``complete --receipts`` (and ``complete_many --receipts``) completes under a
+``receipts.ReceiptHandler`` (the operation is named by the payload's
+``tenant`` and ``operation``: ``receipts.key_from_payload``).
 
 Exit status: ``CRASH_EXIT_CODE`` when it died at the point by ``os._exit``
 (the parent sees ``-SIGKILL`` for SIGKILL), ``NOT_REACHED_EXIT_CODE`` if the
@@ -43,12 +54,39 @@ from ..clock import ModelClock
 from ..errors import QueueError
 from ..ledger import Handler, has_effect
 from ..receipts import ReceiptHandler
-from ..store import DEFAULT_LEASE_SECONDS, OPERATIONS, PROBE_POINTS, Lease, Store
+from ..store import BATCH_OPERATIONS, DEFAULT_LEASE_SECONDS, OPERATIONS, PROBE_POINTS, Lease, Store
 from .faults import FaultPlan, Tracer
 
 CRASH_EXIT_CODE = 86
 NOT_REACHED_EXIT_CODE = 3  # the operation ran to its end: the point was never reached (a wrong case)
 HOWS = ("exit", "sigkill")
+
+
+def points_of(operation: str) -> frozenset[str]:
+    """The probe points ``operation`` may reach: its own, and for a batch its messages' operation's."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}")
+    prefixes: tuple[str, ...] = (f"{operation}.",)
+    if operation in BATCH_OPERATIONS:
+        prefixes += (f"{operation.removesuffix('_many')}.",)
+    return frozenset(point for point in PROBE_POINTS if point.startswith(prefixes))
+
+
+def lease_argument(lease: Lease) -> str:
+    """A lease as the child's ``--lease`` takes it: ``ID:GEN:ATTEMPT:UNTIL``."""
+    return f"{lease.event_id}:{lease.generation}:{lease.attempt}:{lease.lease_until}"
+
+
+def parse_lease_argument(text: str) -> Lease:
+    """``ID:GEN:ATTEMPT:UNTIL`` back into a Lease (argparse's ``type=`` for ``--lease``)."""
+    parts = text.split(":")
+    if len(parts) != 4 or not parts[0]:
+        raise argparse.ArgumentTypeError(f"a lease is ID:GEN:ATTEMPT:UNTIL, got {text!r}")
+    try:
+        generation, attempt, lease_until = (int(part) for part in parts[1:])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a lease's GEN, ATTEMPT and UNTIL are integers, got {text!r}") from None
+    return Lease(parts[0], generation, attempt, lease_until)
 
 
 def child_command(
@@ -62,6 +100,8 @@ def child_command(
     trace: bool = False,
     batch: str | Path | None = None,
     lease: Lease | None = None,
+    leases: Iterable[Lease] = (),
+    count: int | None = None,
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     code: str | None = None,
     permanent: bool = False,
@@ -73,12 +113,14 @@ def child_command(
 
     With ``trace=True`` instead of a point, the child runs the operation to its
     end and prints the fault points it reached, one per line, in order.
-    With ``receipts=True``, ``complete`` runs under a ``ReceiptHandler``.
+    With ``receipts=True``, ``complete`` (or ``complete_many``) runs under a
+    ``ReceiptHandler``. ``claim_many`` needs ``count``, ``complete_many`` its
+    ``leases`` (completed in that order).
     """
     if operation not in OPERATIONS:
         raise ValueError(f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}")
-    if receipts and operation != "complete":
-        raise ValueError("receipts=True applies only to complete")
+    if receipts and operation not in ("complete", "complete_many"):
+        raise ValueError("receipts=True applies only to complete and complete_many")
     command = [sys.executable, "-m", "queue_core.testing.child", operation, str(db)]
     if operation == "enqueue":
         if batch is None:
@@ -86,6 +128,20 @@ def child_command(
         command.append(str(batch))
     elif operation == "claim":
         command += ["--lease-seconds", str(lease_seconds)]
+    elif operation == "claim_many":
+        if count is None:
+            raise ValueError("claim_many needs count=K")
+        command += ["--count", str(count), "--lease-seconds", str(lease_seconds)]
+    elif operation == "complete_many":
+        batch_leases = list(leases)
+        if not batch_leases:
+            raise ValueError("complete_many needs leases=[Lease(...), ...]")
+        for one in batch_leases:
+            command += ["--lease", lease_argument(one)]
+        for name in categories:
+            command += ["--category", name]
+        if receipts:
+            command.append("--receipts")
     elif operation in ("complete", "fail"):
         if lease is None:
             raise ValueError(f"{operation} needs lease=Lease(...)")
@@ -184,7 +240,24 @@ def _parser() -> argparse.ArgumentParser:
     redrive = ops.add_parser("redrive", parents=[common])
     redrive.add_argument("db", type=Path)
     redrive.add_argument("event_ids", nargs="+")
+    claim_many = ops.add_parser("claim_many", parents=[common])
+    claim_many.add_argument("db", type=Path)
+    claim_many.add_argument("--count", type=int, required=True, help="lease up to K messages")
+    claim_many.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
+    complete_many = ops.add_parser("complete_many", parents=[common])
+    complete_many.add_argument("db", type=Path)
+    complete_many.add_argument("--lease", dest="leases", action="append", type=parse_lease_argument,
+                               required=True, metavar="ID:GEN:ATTEMPT:UNTIL",
+                               help="a lease to complete (repeatable; completed in this order)")
+    complete_many.add_argument("--category", action="append", default=[], help="also accept this category")
+    complete_many.add_argument("--receipts", action="store_true",
+                               help="complete under a ReceiptHandler (tenant and operation from the payload)")
     return parser
+
+
+def _handler(categories: Sequence[str], receipts: bool) -> Handler | ReceiptHandler:
+    handler = Handler.with_categories(categories)
+    return ReceiptHandler(handler, effect_exists=has_effect) if receipts else handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe: Tracer | FaultPlan
     if args.trace:
         probe = tracer
-    elif args.point not in PROBE_POINTS or not args.point.startswith(f"{args.operation}."):
+    elif args.point not in points_of(args.operation):
         print(f"{args.point!r} is not a fault point of {args.operation}", file=sys.stderr)
         return 2
     elif args.hit < 1:
@@ -201,28 +274,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     else:
         probe = _plan(args.point, args.hit, args.how)
-    store = Store(args.db, clock=ModelClock(args.now), create=False, probe=probe)
     try:
-        if args.operation == "enqueue":
-            store.enqueue(args.batch.read_bytes())
-        elif args.operation == "claim":
-            store.claim(args.lease_seconds)
-        elif args.operation in ("complete", "fail"):
-            lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
-            if args.operation == "complete":
-                handler = Handler.with_categories(args.category)
-                store.complete(lease, ReceiptHandler(handler, effect_exists=has_effect) if args.receipts else handler)
-            else:
-                store.fail(lease, args.code, permanent=args.permanent)
-        else:
-            store.redrive(args.event_ids)
-    except QueueError as exc:
-        print(f"{args.operation} refused: {exc.code}: {exc}", file=sys.stderr)
+        # Closed at the end of a run that did not die; a child that dies leaves its
+        # connection (and its uncheckpointed WAL) behind, as a crashed process does.
+        with Store(args.db, clock=ModelClock(args.now), create=False, probe=probe) as store:
+            _run(store, args)
+    except (QueueError, ValueError) as exc:  # ValueError: a count or lease the store refuses
+        print(f"{args.operation} refused: {getattr(exc, 'code', 'invalid_argument')}: {exc}", file=sys.stderr)
         return 2
     if args.trace:
-        print("\n".join(point for point in tracer.reached if point.startswith(f"{args.operation}.")))
+        mine = points_of(args.operation)
+        print("\n".join(point for point in tracer.reached if point in mine))
         return 0
     return NOT_REACHED_EXIT_CODE  # reached only if the fault point was never hit
+
+
+def _run(store: Store, args: argparse.Namespace) -> None:
+    if args.operation == "enqueue":
+        store.enqueue(args.batch.read_bytes())
+    elif args.operation == "claim":
+        store.claim(args.lease_seconds)
+    elif args.operation == "claim_many":
+        store.claim_many(args.count, args.lease_seconds)
+    elif args.operation == "complete_many":
+        store.complete_many(args.leases, _handler(args.category, args.receipts))
+    elif args.operation in ("complete", "fail"):
+        lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
+        if args.operation == "complete":
+            store.complete(lease, _handler(args.category, args.receipts))
+        else:
+            store.fail(lease, args.code, permanent=args.permanent)
+    else:
+        store.redrive(args.event_ids)
 
 
 if __name__ == "__main__":

@@ -299,16 +299,18 @@ def finish_queue(db: str | Path, now: int, *, categories: Sequence[str] = (), le
     ``tenant`` and ``operation``) that refuses a receipt whose effect is gone.
     """
     clock = ModelClock(now)
-    store = Store(db, clock=clock, create=False)
-    ledger.install(store)
     handler: Handler = ledger.Handler.with_categories(categories)
     if receipts:
         handler = ReceiptHandler(handler, effect_exists=ledger.has_effect)
-    for _ in range(max_passes):
-        work(store, handler, lease_seconds=lease_seconds)
-        pending = [m for m in store.messages() if m.state in ("ready", "leased")]
-        if not pending:
-            return clock.now()
-        due = min(max(m.available_at, m.lease_until or 0) for m in pending)
-        clock.set(max(due, clock.now() + 1))
+    # Closed on the way out: whoever reads or copies the file next finds everything in it, not in a WAL
+    # that an open connection keeps.
+    with Store(db, clock=clock, create=False) as store:
+        ledger.install(store)
+        for _ in range(max_passes):
+            work(store, handler, lease_seconds=lease_seconds)
+            pending = [m for m in store.messages() if m.state in ("ready", "leased")]
+            if not pending:
+                return clock.now()
+            due = min(max(m.available_at, m.lease_until or 0) for m in pending)
+            clock.set(max(due, clock.now() + 1))
     raise RuntimeError(f"the queue was not finished after {max_passes} passes")

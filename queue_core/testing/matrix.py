@@ -8,6 +8,13 @@ every invariant is checked, together with the exact states that the
 specification predicts for both outcomes a crash may have: the transaction
 was rolled back, or it was committed.
 
+The batched path is crashed the same way: ``claim_many`` and ``complete_many``
+reach, inside their one transaction, the points of their messages' operation
+once per message (``claim.after_update`` three times for three leases), and a
+child dies at each of those hits too. Whatever message of the batch it died
+at, the file must be exactly as before the batch or exactly as after its
+COMMIT: a batch commits whole or not at all.
+
 Only the clock is modelled (``--now``); processes, crashes and SQLite files
 are real.
 """
@@ -37,7 +44,7 @@ from .child import CRASH_EXIT_CODE, HOWS, child_command
 from .invariants import FileState, Payload, check_invariants, finish_queue, losses_and_doubles, read_file
 
 __all__ = [
-    "COMMITTED", "DEMO_EVENTS", "RECEIPT_EVENTS", "ROLLED_BACK", "SCENARIOS",
+    "BATCH_EVENTS", "COMMITTED", "DEMO_EVENTS", "RECEIPT_EVENTS", "ROLLED_BACK", "SCENARIOS",
     "CrashRow", "Prepared", "Scenario",
     "batch_text", "crash_matrix", "crash_rows", "points_covered", "prepare", "run_case", "uncovered_points",
 ]
@@ -175,6 +182,35 @@ def _setup_redrive(store: Store, clock: ModelClock, folder: Path) -> dict[str, A
     return {"now": START + 1, "event_ids": ["E0004", "E0005"]}
 
 
+# The batched path. claim_many: E0001's three leases have all expired and E0005 waits behind the others.
+BATCH_EVENTS: dict[str, Payload] = {**DEMO_EVENTS, "E0005": {"category": PEN, "amount_cents": 500}}
+_BATCH_FINAL: dict[str, FinalState] = {**_DEMO_FINAL, "E0005": _DONE}
+BATCH_COUNT = 3
+
+
+def _setup_claim_many(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+    store.enqueue(batch_text(BATCH_EVENTS))
+    lease = _claims(store, clock, (START, START + LEASE, START + 2 * LEASE))  # E0001 three times, each expired
+    assert lease.event_id == "E0001" and lease.attempt == 3
+    return {"now": lease.lease_until, "count": BATCH_COUNT, "lease_seconds": LEASE}
+
+
+def _setup_complete_many(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+    """Leases of E0002 (valid), E0001 (stale: generation 2 was issued since) and E0004 (a toy), in that order."""
+    store.enqueue(batch_text(DEMO_EVENTS))
+    stale = store.claim(LEASE)  # E0001, generation 1; it expires ...
+    clock.set(START + LEASE)
+    current = store.claim(LEASE)  # ... and another worker holds generation 2 now
+    assert stale is not None and current is not None and (stale.event_id, current.event_id) == ("E0001", "E0001")
+    valid = store.claim(LEASE)
+    other = store.claim(LEASE)
+    assert valid is not None and other is not None and other.event_id == "E0003"
+    store.complete(other, ledger.Handler())  # E0003 is done before the batch: not part of it
+    toy = store.claim(LEASE)
+    assert toy is not None and (valid.event_id, toy.event_id) == ("E0002", "E0004")
+    return {"now": clock.now(), "leases": [valid, stale, toy]}
+
+
 def _both(final: Mapping[str, FinalState]) -> dict[str, dict[str, FinalState]]:
     return {ROLLED_BACK: dict(final), COMMITTED: dict(final)}
 
@@ -292,6 +328,28 @@ SCENARIOS: tuple[Scenario, ...] = (
         spec="E0001 is done with its effect and the receipt of (north, order-7:charge); the worker "
              "completes E0002, the same operation under another event id: it is ACKed on the proof of "
              "the receipt, without a second effect. Rolled back, generation 2 of E0002 does the same."),
+    Scenario(
+        "claim-many", "claim_many of 3, one last lease expired", "claim_many", BATCH_EVENTS,
+        _setup_claim_many,
+        {ROLLED_BACK: {**_BATCH_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED)},
+         COMMITTED: {**_BATCH_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED), "E0002": ("done", 2, 2, None),
+                     "E0003": ("done", 2, 2, None), "E0004": ("dead", 2, 2, "invalid_payload")}},
+        ("E0001", "E0002", "E0003", "E0004", "E0005"),
+        spec="E0001's three leases have all expired; claim_many(3) moves it to dead (lease_expired) inside "
+             "the batch and leases E0002, E0003 and E0004, each with its own generation, in one transaction; "
+             "E0005 stays ready. Committed, the three leases have no worker: they expire and generation 2 "
+             "finishes each (E0004, a toy, is refused then)."),
+    Scenario(
+        "complete-many", "complete_many of 3: done, stale, refused", "complete_many", DEMO_EVENTS,
+        _setup_complete_many,
+        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 3, 3, None), "E0002": ("done", 2, 2, None),
+                       "E0004": ("dead", 2, 2, "invalid_payload")},
+         COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 3, 3, None)}},
+        ("E0001", "E0002", "E0004"),
+        spec="One transaction completes three leases, each in its own savepoint: E0002 (effect + ACK), "
+             "E0001 with a stale generation 1 (another worker holds generation 2: only this message is "
+             "undone, lease_lost) and E0004, a toy the handler refuses (dead, no effect). Committed or "
+             "rolled back as a whole; rolled back, generation 2 redoes E0002 and E0004."),
 )
 
 
@@ -467,7 +525,13 @@ def _outcome_of(crashed: FileState, prepared: Prepared) -> str:
 
 def _resend(db: Path, prepared: Prepared, now: int) -> str:
     """What the caller does when it heard no answer: the producer resends, the operator redrives again."""
-    store = Store(db, clock=ModelClock(now), create=False)
+    if prepared.scenario.resend is None:
+        return ""
+    with Store(db, clock=ModelClock(now), create=False) as store:
+        return _resend_with(store, prepared)
+
+
+def _resend_with(store: Store, prepared: Prepared) -> str:
     if prepared.scenario.resend == "enqueue":
         result = store.enqueue(Path(prepared.options["batch"]).read_bytes())
         return f"resent: {result.accepted} accepted, {result.duplicates} duplicates"
