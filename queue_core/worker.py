@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from .errors import LeaseLost
-from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, Completion, Handler, Outcome, Store
+from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, Handler, Outcome, Store
 
 # How long a worker keeps its turn to write before a waiting worker gets in.
 TURN_SLICE_SECONDS = 0.05
@@ -62,8 +62,6 @@ def work(
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
         raise ValueError(f"batch must be an integer 1..{MAX_BATCH}, got {batch!r}")
     counts = {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0}
-    if batch > 1:
-        return _work_batched(store, handler, lease_seconds, max_messages, batch, counts)
     more = True
     while more and (max_messages is None or counts["claimed"] < max_messages):
         # One turn for a slice of messages, then let a waiting worker in: fair
@@ -71,39 +69,29 @@ def work(
         with store.writer_turn():
             slice_ends = time.monotonic() + TURN_SLICE_SECONDS
             while max_messages is None or counts["claimed"] < max_messages:
-                lease = store.claim(lease_seconds)
-                if lease is None:
-                    more = False
-                    break
-                counts["claimed"] += 1
-                try:
-                    completion = store.complete(lease, handler)
-                except LeaseLost:
-                    # Our lease ran out while we worked; the next claim will re-issue it.
-                    counts["lease_lost"] += 1
-                else:
-                    counts[_COUNTER[completion.outcome]] += 1
-                if time.monotonic() >= slice_ends:
-                    break
-    return WorkSummary(**counts)
-
-
-def _work_batched(store: Store, handler: Handler, lease_seconds: int, max_messages: int | None,
-                  batch: int, counts: dict[str, int]) -> WorkSummary:
-    more = True
-    while more and (max_messages is None or counts["claimed"] < max_messages):
-        with store.writer_turn():
-            slice_ends = time.monotonic() + TURN_SLICE_SECONDS
-            while max_messages is None or counts["claimed"] < max_messages:
                 wanted = batch if max_messages is None else min(batch, max_messages - counts["claimed"])
-                leases = store.claim_many(wanted, lease_seconds)
-                if not leases:
+                outcomes = _step(store, handler, lease_seconds, wanted)
+                if not outcomes:
                     more = False
                     break
-                counts["claimed"] += len(leases)
-                completions: list[Completion] = store.complete_many(leases, handler)
-                for completion in completions:
-                    counts[_COUNTER[completion.outcome]] += 1
+                counts["claimed"] += len(outcomes)  # one outcome per lease
+                for outcome in outcomes:
+                    counts[_COUNTER[outcome]] += 1
                 if time.monotonic() >= slice_ends:
                     break
     return WorkSummary(**counts)
+
+
+def _step(store: Store, handler: Handler, lease_seconds: int, wanted: int) -> list[Outcome]:
+    """Claim and complete up to ``wanted`` messages; their outcomes (empty: nothing available)."""
+    if wanted > 1:  # the batched path: one transaction to claim them, one to complete them
+        leases = store.claim_many(wanted, lease_seconds)
+        return [completion.outcome for completion in store.complete_many(leases, handler)] if leases else []
+    lease = store.claim(lease_seconds)
+    if lease is None:
+        return []
+    try:
+        return [store.complete(lease, handler).outcome]
+    except LeaseLost:
+        # Our lease ran out while we worked; the next claim will re-issue it.
+        return [Outcome.LEASE_LOST]
