@@ -620,3 +620,74 @@ def test_hostile_files_through_the_cli(tmp_path: Path, name: str) -> None:
         assert len(after["messages"]) > len(before["messages"])
         # Everything stored is in canonical form.
         assert all(canonical_json(json.loads(row[1])) == row[1] for row in after["messages"])
+
+
+# ------------------------------------------------- the everyday fast path
+# parse_batch reads a plain line through envelope._plain_line (one C scan, no
+# hooks for keys or integers) and sends everything else to parse_line. The
+# fast path may decline any line, but what it accepts must be exactly what the
+# full path returns, and it must accept nothing the full path rejects.
+
+def full_path(text: str, number: int) -> envelope.Event | str:
+    try:
+        return envelope.parse_line(text, number)
+    except envelope._Reject as exc:
+        return exc.code
+
+
+def check_fast_path_agrees(data: bytes) -> None:
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        stripped = text.strip(" \t\r")
+        if not stripped:
+            continue
+        fast = envelope._plain_line(stripped, number)
+        if fast is not None:
+            assert full_path(text, number) == fast, (raw, fast)
+
+
+@fuzz(300)
+@given(data=st.one_of(valid_batches(), mutated_batches()))
+def test_the_fast_path_accepts_only_what_the_full_path_accepts(data: bytes) -> None:
+    check_fast_path_agrees(data)
+
+
+@fuzz(300)
+@given(data=st.text(alphabet='{}[]":,\\ \n\rtrufalsenNI0123456789.eE+-E0001abcdefpyloadvnt_u', max_size=200)
+       .map(lambda t: t.encode()))
+def test_the_fast_path_agrees_on_json_shaped_noise(data: bytes) -> None:
+    check_fast_path_agrees(data)
+
+
+@pytest.mark.parametrize("line, code", [
+    ('{"event_id":"E0001","payload":{"a":1,"a":2}}', "duplicate_key"),
+    ('{"event_id":"E0001","payload":{"a":{"b":1,"b":1}}}', "duplicate_key"),
+    ('{"event_id":"E0001","payload":{},"payload":{}}', "duplicate_key"),
+    ('{"event_id":"E0001","event_id":"E0001","payload":{}}', "duplicate_key"),
+    # An escaped colon in a surviving string would balance the colon that a
+    # dropped pair took with it: such lines take the full path.
+    ('{"event_id":"E0001","payload":{"a":1,"a":2,"b":"\\u003a"}}', "duplicate_key"),
+    ('{"event_id":"E0001","payload":{"a":1e400}}', "non_finite_number"),
+    ('{"event_id":"E0001","payload":{"a":NaN}}', "non_finite_number"),
+    ('{"event_id":"E0001","payload":{"a":' + "9" * 4301 + "}}", "number_too_large"),
+    ('{"event_id":"E0001","payload":{"a":' + "[" * 101 + "]" * 101 + "}}", "nesting_too_deep"),
+    ('{"event_id":"E0001","payload":{"a":"\\ud800"}}', "invalid_unicode"),
+    ('{"event_id":"E0001","payload":{"a":"' + "x" * 10_000 + '"}}', "payload_too_large"),
+    ('{"event_id":"E0001","payload":{}} {}', "invalid_json"),
+])
+def test_lines_the_fast_path_must_decline_are_rejected_with_their_code(line: str, code: str) -> None:
+    assert envelope._plain_line(line, 1) is None
+    with pytest.raises(BatchRejected) as rejected:
+        parse_batch(line.encode())
+    assert rejected.value.code == code
+
+
+def test_the_fast_path_takes_the_everyday_line() -> None:
+    # Otherwise the tests above would pass with a fast path that declines everything.
+    line = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 7, "note": "a:b"}}'
+    event = envelope._plain_line(line, 3)
+    assert event == envelope.Event("E0001", '{"amount_cents":7,"category":"book","note":"a:b"}', 3)
+    assert event == envelope.parse_line(line, 3)
