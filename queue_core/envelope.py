@@ -33,6 +33,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .errors import BatchRejected
@@ -297,7 +298,8 @@ _DECODER = json.JSONDecoder(
 _FAST_DECODER = json.JSONDecoder(
     object_pairs_hook=_object_without_duplicates, parse_constant=_reject_constant, parse_float=_finite_float)
 # The everyday line's scanner: Python is called only for a float or a constant.
-_FAST_SCAN = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float).scan_once
+_FAST_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(  # scan_once: undocumented in typeshed
+    parse_constant=_reject_constant, parse_float=_finite_float).scan_once  # type: ignore[attr-defined]
 
 
 def _no_default(value: Any) -> Any:
