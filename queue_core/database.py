@@ -100,12 +100,25 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
     return int(version)
 
 
+MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
+
+
+def check_sqlite_version(version: tuple[int, int, int] = sqlite3.sqlite_version_info) -> None:
+    """Refuse an SQLite library older than ``MIN_SQLITE`` (Python links whichever the system has)."""
+    if tuple(version) < MIN_SQLITE:
+        found = ".".join(map(str, version))
+        needed = ".".join(map(str, MIN_SQLITE))
+        raise StorageError(f"queue_core needs SQLite {needed} or newer (STRICT tables); "
+                           f"this Python's sqlite3 module uses SQLite {found}", code="sqlite_too_old")
+
+
 def connect(path: Path, *, busy_timeout_ms: int, check_same_thread: bool = True) -> sqlite3.Connection:
     """The one place where connections are made and configured.
 
     ``check_same_thread=False`` only lets the store *close* a thread's
     connection from another thread; each connection is used by one thread.
     """
+    check_sqlite_version()
     try:
         conn = sqlite3.connect(
             path,

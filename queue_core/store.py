@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, NoReturn, Protocol, TypeVar
 
 from . import database, turn
 from .clock import Clock, SystemClock
@@ -357,27 +357,40 @@ class Store:
 
     @contextmanager
     def _transaction(self, operation: str | None) -> Iterator[Tx]:
+        # The with-block form of _write_once (same steps), for transaction() and nested calls.
+        probed = operation is not None and self._probe is not None
         with self._connection() as conn, self.writer_turn():
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                tx = Tx(conn, self.clock)
-                if operation:
-                    self._at(f"{operation}.after_begin")
-                yield tx
-                if operation:
-                    self._at(f"{operation}.before_commit")
-                conn.execute("COMMIT")
+                self._begin(conn, operation if probed else None)
+                yield Tx(conn, self.clock)
+                self._commit(conn, operation if probed else None)
             except BaseException as exc:
-                if conn.in_transaction:
-                    try:
-                        conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass  # the connection is discarded below, which rolls back as well
-                if isinstance(exc, sqlite3.Error):
-                    raise database.storage_error(exc, self.path) from exc
-                raise
-            if operation:
+                self._roll_back(conn, exc)
+            if probed:
                 self._at(f"{operation}.after_commit")
+
+    def _begin(self, conn: sqlite3.Connection, probed_operation: str | None) -> None:
+        # IMMEDIATE: the write lock before the first read, so that what a
+        # transaction reads cannot change before it writes.
+        conn.execute("BEGIN IMMEDIATE")
+        if probed_operation:
+            self._at(f"{probed_operation}.after_begin")
+
+    def _commit(self, conn: sqlite3.Connection, probed_operation: str | None) -> None:
+        if probed_operation:
+            self._at(f"{probed_operation}.before_commit")
+        conn.execute("COMMIT")
+
+    def _roll_back(self, conn: sqlite3.Connection, exc: BaseException) -> NoReturn:
+        """Undo the open transaction after ``exc`` and raise it (an sqlite3 error as its StorageError)."""
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the connection is discarded, which rolls back as well
+        if isinstance(exc, sqlite3.Error):
+            raise database.storage_error(exc, self.path) from exc
+        raise exc
 
     @contextmanager
     def snapshot(self) -> Iterator[Tx]:
@@ -410,37 +423,32 @@ class Store:
         return self._write(None, body)
 
     def _write(self, operation: str | None, body: Callable[[Tx], T]) -> T:
-        def once() -> T:
-            if self._probe is not None or getattr(self._local, "in_use", False):
-                with self._transaction(operation) as tx:
-                    return body(tx)
-            return self._plain_write(body)
-        return self._retry_busy(once)
+        return self._retry_busy(lambda: self._write_once(operation, body))
 
-    def _plain_write(self, body: Callable[[Tx], T]) -> T:
-        """``_transaction`` without probes and nesting, written out: the hot path.
+    def _write_once(self, operation: str | None, body: Callable[[Tx], T]) -> T:
+        """One write transaction: ``BEGIN IMMEDIATE``, ``body(tx)``, ``COMMIT``; any exception rolls back.
 
-        The same steps in the same order, without three generator context
-        managers per transaction (a fifth of the simple path's time went to them).
+        The store's own operations come here; ``transaction()`` does the same
+        for a caller's with-block. Written out rather than built from context
+        managers: this is the hot path (they cost a fifth of a message's time).
         """
+        if getattr(self._local, "in_use", False):  # nested, e.g. status() inside store.transaction()
+            with self._transaction(operation) as tx:
+                return body(tx)
+        probed = operation is not None and self._probe is not None
         conn = self._thread_connection()
         self._local.in_use = True
         try:
             with self.writer_turn():
                 try:
-                    conn.execute("BEGIN IMMEDIATE")
+                    self._begin(conn, operation if probed else None)
                     result = body(Tx(conn, self.clock))
-                    conn.execute("COMMIT")
-                    return result
+                    self._commit(conn, operation if probed else None)
                 except BaseException as exc:
-                    if conn.in_transaction:
-                        try:
-                            conn.execute("ROLLBACK")
-                        except sqlite3.Error:
-                            pass  # the connection is discarded below, which rolls back as well
-                    if isinstance(exc, sqlite3.Error):
-                        raise database.storage_error(exc, self.path) from exc
-                    raise
+                    self._roll_back(conn, exc)
+                if probed:
+                    self._at(f"{operation}.after_commit")
+                return result
         except StorageError as exc:
             if exc.code not in _CONNECTION_STAYS_USABLE:
                 self._discard(conn)  # after an I/O error or a full disk, start afresh
@@ -583,25 +591,35 @@ class Store:
         return self._write("complete", lambda tx: self._complete_with(tx, lease, handler))
 
     def _complete_with(self, tx: Tx, lease: Lease, handler: Handler) -> Completion:
-        message = self.leased_tx(tx, lease)
-        self._at("complete.after_read")
-        # A savepoint lets a refusing handler's partial writes be undone while
-        # the refusal itself is still recorded in this same transaction.
-        tx.execute("SAVEPOINT effect")
+        # One savepoint holds this message's effect and ACK: a refusing
+        # handler's partial writes are undone while the refusal is still
+        # recorded in this transaction, and a lost lease undoes this message
+        # only (complete_many goes on with the next one).
+        tx.execute("SAVEPOINT message")
         try:
-            handler(tx, message)
-        except Exception as exc:
-            if not tx.conn.in_transaction:
-                raise  # SQLite itself ended the transaction (e.g. a full disk): nothing to record in
-            tx.execute("ROLLBACK TO effect")
-            tx.execute("RELEASE effect")
-            if isinstance(exc, HandlerFailure):
-                return self._refuse(tx, lease, exc.code, exc.detail or None,
-                                    permanent=isinstance(exc, PermanentFailure))
-            return self._refuse(tx, lease, HANDLER_ERROR, f"{type(exc).__name__}: {exc}", permanent=False)
-        tx.execute("RELEASE effect")
-        self._at("complete.after_effect")
-        return self.complete_tx(tx, lease)
+            message = self.leased_tx(tx, lease)
+            self._at("complete.after_read")
+            try:
+                handler(tx, message)
+            except Exception as exc:
+                if not tx.conn.in_transaction:
+                    raise  # SQLite itself ended the transaction (e.g. a full disk): nothing to record in
+                tx.execute("ROLLBACK TO message")  # the handler's writes; the read before them wrote nothing
+                if isinstance(exc, HandlerFailure):
+                    result = self._refuse(tx, lease, exc.code, exc.detail or None,
+                                          permanent=isinstance(exc, PermanentFailure))
+                else:
+                    result = self._refuse(tx, lease, HANDLER_ERROR, f"{type(exc).__name__}: {exc}", permanent=False)
+            else:
+                self._at("complete.after_effect")
+                result = self.complete_tx(tx, lease)
+        except LeaseLost:
+            if tx.conn.in_transaction:
+                tx.execute("ROLLBACK TO message")
+                tx.execute("RELEASE message")
+            raise
+        tx.execute("RELEASE message")
+        return result
 
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
         """The message if ``lease`` is still its current, unexpired lease; else ``LeaseLost``.
@@ -683,13 +701,10 @@ class Store:
         """``complete_many`` inside the caller's transaction."""
         results: list[Completion] = []
         for lease in leases:
-            tx.execute("SAVEPOINT message")
             try:
-                results.append(self._complete_with(tx, lease, handler))
+                results.append(self._complete_with(tx, lease, handler))  # undoes its own message on LeaseLost
             except LeaseLost as lost:
-                tx.execute("ROLLBACK TO message")
                 results.append(Completion(lease.event_id, Outcome.LEASE_LOST, LeaseLost.code, detail=lost.message))
-            tx.execute("RELEASE message")
         return results
 
     # ------------------------------------------------------------------ fail

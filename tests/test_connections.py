@@ -541,3 +541,14 @@ def test_writes_work_where_the_lock_file_cannot_be_created(db: Path, clock: Mode
         assert store.status().messages == {"done": 2, "ready": 1}
     assert refused and all(path == f"{db}-lock" for path in refused)
     assert not db.with_name(db.name + "-lock").exists()
+
+
+def test_an_sqlite_older_than_3_37_is_refused_with_its_versions() -> None:
+    from queue_core import database
+    from queue_core.errors import StorageError
+    database.check_sqlite_version()  # the SQLite of this Python is new enough
+    database.check_sqlite_version((3, 37, 0))
+    with pytest.raises(StorageError) as refused:
+        database.check_sqlite_version((3, 36, 9))
+    assert refused.value.code == "sqlite_too_old"
+    assert "SQLite 3.37.0 or newer" in str(refused.value) and "SQLite 3.36.9" in str(refused.value)

@@ -1,0 +1,57 @@
+"""The one "Proof" format of the site: a page's claims and the tests that hold them.
+
+A page ends its chapter with::
+
+    ```python exec="on"
+    from tests.proof import table
+    print(table([
+        ("a stale generation cannot complete", "test_protocol.py::test_old_generation_cannot_complete"),
+    ]))
+    ```
+
+At build time (and under pytest) every named test is looked up in its file:
+a renamed or deleted test fails the build instead of leaving a dead claim.
+Each test id links to its line in the repository when ``REPO_URL`` is set
+(the Pages workflow sets it), and the table is followed by the command that
+runs exactly those tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _line_of(file: str, name: str) -> int:
+    path = TESTS / file
+    if not path.is_file():
+        raise AssertionError(f"proof names tests/{file}, which does not exist")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node.lineno
+    raise AssertionError(f"proof names tests/{file}::{name}, which does not exist")
+
+
+def table(rows: list[tuple[str, str]]) -> str:
+    """Markdown: a claim | test table, each test checked to exist, and the command that runs them."""
+    if not rows:
+        raise AssertionError("a proof needs at least one test")
+    repo = os.environ.get("REPO_URL", "").rstrip("/")
+    lines = ["| claim | test |", "| --- | --- |"]
+    ids: list[str] = []
+    for claim, test in rows:
+        file, _, name = test.partition("::")
+        line = _line_of(file, name.split("[")[0])
+        label = f"`tests/{test}`"
+        if repo:
+            label = f"[{label}]({repo}/blob/main/tests/{file}#L{line})"
+        lines.append(f"| {claim} | {label} |")
+        if f"tests/{test}" not in ids:
+            ids.append(f"tests/{test}")
+    quoted = [f"'{test}'" if "[" in test else test for test in ids]  # brackets are shell patterns
+    command = " \\\n    ".join([".venv/bin/python -m pytest", *quoted])
+    return "\n".join(lines) + f"\n\nRun them:\n\n```bash\n{command}\n```\n"
