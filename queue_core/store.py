@@ -535,43 +535,54 @@ class Store:
         """
         _check_lease_seconds(lease_seconds)
         now = tx.now()
-        while True:
-            row = tx.execute(
+        leases = self._claim_up_to(tx, 1, lease_seconds, now)
+        return leases[0] if leases else None
+
+    def _claim_up_to(self, tx: Tx, count: int, lease_seconds: int, now: int) -> list[Lease]:
+        """Lease the next ``count`` claimable messages in claim order: what ``count`` claims would lease.
+
+        One read finds the candidates. A candidate whose last allowed lease
+        ran out goes to dead (a silent death spent the budget), and the search
+        goes on past it.
+        """
+        leases: list[Lease] = []
+        while len(leases) < count:
+            rows = tx.execute(
                 """
                 SELECT event_id, attempts, generation, lease_until FROM messages
                 WHERE state IN ('ready', 'leased')
                   AND available_at <= :now
                   AND (state = 'ready' OR lease_until <= :now)
                 ORDER BY available_at, event_id
-                LIMIT 1
+                LIMIT :wanted
                 """,
-                {"now": now},
-            ).fetchone()
+                {"now": now, "wanted": count - len(leases)},
+            ).fetchall()
             self._at("claim.after_read")
-            if row is None:
-                return None
-            event_id, attempts, generation, expired_at = row
-            if attempts >= self.max_attempts:
-                # Its last allowed lease ran out: a silent death spent the budget.
+            if not rows:
+                break
+            for event_id, attempts, generation, expired_at in rows:
+                if attempts >= self.max_attempts:
+                    tx.execute(
+                        "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ? "
+                        "WHERE event_id = ?",
+                        (LEASE_EXPIRED, f"the lease of claim {attempts} of {self.max_attempts} ended at "
+                                        f"{expired_at} with no completion", event_id),
+                    )
+                    self._at("claim.after_expire")
+                    continue
+                lease = Lease(event_id, generation + 1, attempts + 1, now + lease_seconds)
                 tx.execute(
-                    "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ? "
-                    "WHERE event_id = ?",
-                    (LEASE_EXPIRED, f"the lease of claim {attempts} of {self.max_attempts} ended at {expired_at} "
-                                    "with no completion", event_id),
+                    """
+                    UPDATE messages
+                    SET state = 'leased', attempts = ?, generation = ?, lease_until = ?
+                    WHERE event_id = ?
+                    """,
+                    (lease.attempt, lease.generation, lease.lease_until, event_id),
                 )
-                self._at("claim.after_expire")
-                continue
-            lease = Lease(event_id, generation + 1, attempts + 1, now + lease_seconds)
-            tx.execute(
-                """
-                UPDATE messages
-                SET state = 'leased', attempts = ?, generation = ?, lease_until = ?
-                WHERE event_id = ?
-                """,
-                (lease.attempt, lease.generation, lease.lease_until, event_id),
-            )
-            self._at("claim.after_update")
-            return lease
+                self._at("claim.after_update")
+                leases.append(lease)
+        return leases
 
     # -------------------------------------------------------------- complete
 
@@ -650,12 +661,21 @@ class Store:
         message done. If fencing refuses it raises ``LeaseLost``; let it
         escape ``store.transaction()`` so your writes roll back with it.
         """
-        self.leased_tx(tx, lease)
+        _check_lease(lease)
+        now = tx.now()
+        if not now < lease.lease_until:
+            self.leased_tx(tx, lease)  # the lease ran out during the work: raises LeaseLost saying so
         self._at("complete.after_recheck")
-        tx.execute(
-            "UPDATE messages SET state = 'done', lease_until = NULL WHERE event_id = ?",
-            (lease.event_id,),
-        )
+        # The fence and the ACK in one statement: the row changes only while
+        # this lease is its current, unexpired lease.
+        acked = tx.execute(
+            "UPDATE messages SET state = 'done', lease_until = NULL "
+            "WHERE event_id = ? AND generation = ? AND state = 'leased' AND lease_until > ?",
+            (lease.event_id, lease.generation, now),
+        ).rowcount
+        if acked != 1:
+            self.leased_tx(tx, lease)  # raises LeaseLost with the reason
+            raise LeaseLost(f"{lease.event_id}: generation {lease.generation} is no longer the current lease")
         self._at("complete.after_update")
         return Completion(lease.event_id, Outcome.DONE)
 
@@ -674,10 +694,8 @@ class Store:
     def claim_many_tx(self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> list[Lease]:
         """``claim_many`` inside the caller's transaction."""
         _check_count(count)
-        leases: list[Lease] = []
-        while len(leases) < count and (lease := self.claim_tx(tx, lease_seconds)) is not None:
-            leases.append(lease)
-        return leases
+        _check_lease_seconds(lease_seconds)
+        return self._claim_up_to(tx, count, lease_seconds, tx.now())
 
     def complete_many(self, leases: Iterable[Lease], handler: Handler) -> list[Completion]:
         """Complete several leased messages in one transaction, each with its own effect and ACK.
