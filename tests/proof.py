@@ -6,6 +6,7 @@ A page ends its chapter with::
     from tests.proof import table
     print(table([
         ("a stale generation cannot complete", "test_protocol.py::test_old_generation_cannot_complete"),
+        ("the batched path, all of it", "test_batch.py"),  # a whole file
     ]))
     ```
 
@@ -45,10 +46,15 @@ def table(rows: list[tuple[str, str]]) -> str:
     ids: list[str] = []
     for claim, test in rows:
         file, _, name = test.partition("::")
-        line = _line_of(file, name.split("[")[0])
+        if name:
+            anchor = f"#L{_line_of(file, name.split('[')[0])}"
+        elif (TESTS / file).is_file():
+            anchor = ""  # a whole test file
+        else:
+            raise AssertionError(f"proof names tests/{file}, which does not exist")
         label = f"`tests/{test}`"
         if repo:
-            label = f"[{label}]({repo}/blob/main/tests/{file}#L{line})"
+            label = f"[{label}]({repo}/blob/main/tests/{file}{anchor})"
         lines.append(f"| {claim} | {label} |")
         if f"tests/{test}" not in ids:
             ids.append(f"tests/{test}")
