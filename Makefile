@@ -33,7 +33,9 @@ test: $(VENV)/.test-installed
 site: $(VENV)/.docs-installed
 	$(BIN)/python -m mkdocs build --strict --site-dir site
 
-serve: site
+# The site's own URL (canonical links, sitemap, instant navigation) is where it is served.
+serve: $(VENV)/.docs-installed
+	SITE_URL=http://$(HOST):$(PORT)/ $(BIN)/python -m mkdocs build --strict --site-dir site
 	@echo "Serving the site at http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
 	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory site
 
