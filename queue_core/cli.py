@@ -1,29 +1,31 @@
 """``queue-core``: the command line over the queue.
 
-Exit status: 0 success, 2 rejected input or usage error, 1 anything else. An
-expected error prints one line ``queue-core: <code>: <what is wrong>`` on
-stderr and never a traceback.
+Exit status: 0 success, 2 rejected input or usage error, 1 anything else, 130
+interrupted. An expected error prints one line ``queue-core: <code>: <what is
+wrong>`` on stderr and never a traceback; a usage error has the code ``usage``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
-from . import ledger
+from . import __version__, ledger
 from .clock import MAX_SECONDS, Clock, ModelClock, SystemClock
 from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
 from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
-from .ledger import Handler, Report
+from .ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS, Handler, Report
 from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS, STATES, Message, Store
 from .worker import work
 
@@ -32,6 +34,8 @@ DEFAULT_DB = "queue.sqlite3"
 
 
 class UsageError(QueueError):
+    """The command line was used wrongly (an unknown option, a missing argument, no command): exit 2."""
+
     code = "usage"
     exit_status = 2
 
@@ -53,24 +57,83 @@ _lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
 _count = _whole_number(0, 10**9)
 
 
+# The one example line of the help text; tests check that it is a valid line the handler accepts.
+EXAMPLE_LINE = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
+SELF_CONTAINED = ("demo", "lab")  # their own temporary folder and model clock: --db and --now do not apply
+HELP_WIDTH = 80  # fixed, so that the help is the same in every terminal and on the site
+
+
+def _help_epilog() -> str:
+    """What a user needs before the first ``enqueue``: the batch format, the handler's rules, the exit status."""
+    categories = ", ".join(sorted(DEFAULT_CATEGORIES))
+    paragraphs = [
+        'A batch (for enqueue) is a JSONL file: one event per line, a JSON object '
+        'with exactly the keys "event_id" and "payload", for example',
+        "  " + EXAMPLE_LINE,
+        'event_id is E and four digits (E0001); payload is a JSON object. An id '
+        'already stored (or earlier in the batch) with the same payload is a '
+        'duplicate, stored once; with another payload it rejects the batch. One '
+        'bad line rejects the whole batch: nothing is written.',
+        f'The command line runs the reference handler, the ledger: "category" is '
+        f'one of {categories} (work --category NAME adds one), '
+        f'"amount_cents" an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} (true '
+        f'and false are not integers). Any other payload is a permanent failure: '
+        f'the message becomes a dead letter at once (see dead and redrive).',
+        f'{" and ".join(SELF_CONTAINED)} run in a temporary folder of their own '
+        f'with a model clock: they take neither --db nor --now.',
+        'Exit status: 0 success; 2 rejected input or usage error (nothing '
+        'written); 1 anything else; 130 interrupted. An error prints one line on '
+        'stderr: "queue-core: <code>: <what is wrong>".',
+        "Start with: queue-core demo",
+    ]
+    width = HELP_WIDTH - 2  # argparse's own margin
+    return "\n\n".join(
+        p if p.startswith("  ") else textwrap.fill(p, width, break_on_hyphens=False) for p in paragraphs
+    ).replace("\n\n  ", "\n  ")  # the example line belongs to the sentence above it
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=HELP_WIDTH)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error format: the usage line, then ``queue-core: usage: <problem>``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{PROG}: usage: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Global options are accepted before or after the command name.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
                         help=f"queue database file (default: {DEFAULT_DB} in the working directory)")
     common.add_argument("--now", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
                         help="model time in whole seconds instead of the system clock")
+    # demo and lab accept the two options only to refuse them with a clear message.
+    refused = _Parser(add_help=False)
+    refused.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    refused.add_argument("--now", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    parser = argparse.ArgumentParser(
-        prog=PROG, parents=[common],
-        description="A reliable local message queue on SQLite: lease, fencing, effect + ACK in one transaction.",
+    parser = _Parser(
+        prog=PROG, parents=[common], formatter_class=_Formatter,
+        description=textwrap.fill("A reliable local message queue on SQLite: lease, fencing, effect + ACK in one "
+                                  "transaction.", HELP_WIDTH - 2),
+        epilog=_help_epilog(),
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}",
+                        help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    enqueue = commands.add_parser("enqueue", parents=[common], help="validate a JSONL batch and store it")
+    def command(name: str, summary: str, options: _Parser = common) -> _Parser:
+        return commands.add_parser(name, parents=[options], help=summary, formatter_class=_Formatter)
+
+    enqueue = command("enqueue", "validate a JSONL batch and store it")
     enqueue.add_argument("file", metavar="FILE", help="JSONL batch; '-' reads standard input")
 
-    worker = commands.add_parser("work", parents=[common], help="process messages until none is available now")
+    worker = command("work", "process messages until none is available now")
     worker.add_argument("--lease-seconds", type=_lease_seconds, default=DEFAULT_LEASE_SECONDS, metavar="S",
                         help=f"lease length (default: {DEFAULT_LEASE_SECONDS})")
     worker.add_argument("--max-messages", type=_count, default=None, metavar="N",
@@ -81,20 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--category", action="append", default=[], metavar="NAME",
                         help="also accept this category (repeatable)")
 
-    status = commands.add_parser("status", parents=[common], help="counts by state and the money")
+    status = command("status", "counts by state and the money")
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    dead = commands.add_parser("dead", parents=[common], help="list dead letters")
+    dead = command("dead", "list dead letters")
     dead.add_argument("--json", action="store_true", help="print JSON")
 
-    redrive = commands.add_parser("redrive", parents=[common], help="give dead messages a new cycle")
+    redrive = command("redrive", "give dead messages a new cycle")
     redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
 
-    demo = commands.add_parser("demo", parents=[common], help="run the reference demo in a temporary folder")
+    demo = command("demo", "run the reference demo in a temporary folder", refused)
     demo.add_argument("--json", action="store_true", help="print the five snapshots as JSON")
 
-    lab = commands.add_parser("lab", parents=[common],
-                              help="the delivery lab: one job on an at-least-once broker, step by step")
+    lab = command("lab", "the delivery lab: one job on an at-least-once broker, step by step", refused)
     lab.add_argument("case", nargs="?", choices=LAB_CASES, metavar="CASE",
                      help=f"one story ({', '.join(LAB_CASES)}); default: the four delivery stories")
     lab.add_argument("--json", action="store_true", help="print one JSON object keyed by case name")
@@ -105,11 +167,18 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
     """Run the CLI; returns the exit status."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exit_:  # argparse already printed usage and the problem
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # argparse writes to sys.*
+            args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse already printed the help, the version, or usage and the problem
         return int(exit_.code or 0)
+    if args.command is None:  # no command: the whole help, as a usage error
+        err.write(parser.format_help())
+        print(f"{PROG}: usage: no command given", file=err)
+        return UsageError.exit_status
     try:
+        _refuse_global_options(args)
         return _dispatch(args, out)
     except BatchRejected as exc:
         print(f"{PROG}: batch rejected, nothing written: {exc}", file=err)
@@ -131,6 +200,14 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
         return 1
 
 
+def _refuse_global_options(args: argparse.Namespace) -> None:
+    """demo and lab make their own folder and clock: a --db or --now given to them would be ignored."""
+    given = [f"--{name}" for name in ("db", "now") if hasattr(args, name)]
+    if args.command in SELF_CONTAINED and given:
+        raise UsageError(f"{args.command} does not take {' or '.join(given)}: "
+                         "it runs in a temporary folder of its own with a model clock")
+
+
 def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     db = Path(getattr(args, "db", DEFAULT_DB))
     now = getattr(args, "now", None)
@@ -138,7 +215,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.command == "demo":
         return _demo(args.json, out)
-    if args.command == "lab":  # its own temporary files; --db and --now do not apply
+    if args.command == "lab":
         results = run_lab([args.case] if args.case else LAB_STORIES)
         out.write(lab_json(results) + "\n" if args.json else format_lab(results))
         return 0

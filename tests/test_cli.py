@@ -397,7 +397,7 @@ def test_redrive_the_same_dead_id_twice(demo_db: Path) -> None:
 
 # --------------------------------------------------------------------- demo
 
-def test_demo_json_has_every_spec_number(tmp_path: Path) -> None:
+def test_demo_json_has_every_number_of_the_reference_demo(tmp_path: Path) -> None:
     result = ok(tmp_path, "demo", "--json")
     assert list(result) == ["after_enqueue", "intermediate", "final", "after_reenqueue", "after_redrive"]
     assert result["after_enqueue"]["messages"] == messages(ready=4)
@@ -419,6 +419,98 @@ def test_demo_plain_mentions_the_crash(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stderr == ""
     assert "os._exit(86)" in proc.stdout
     assert "total=20000" in proc.stdout and "total=17000" in proc.stdout
+
+
+# ------------------------------------------------ help, version, refusals
+
+def test_help_explains_the_batch_the_handler_and_the_exit_status(tmp_path: Path) -> None:
+    from queue_core.cli import EXAMPLE_LINE
+    from queue_core.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
+
+    proc = run(tmp_path, "--help")
+    assert proc.returncode == 0 and proc.stderr == ""
+    text = " ".join(proc.stdout.split())  # the help is wrapped; read it as one line
+    assert f"\n  {EXAMPLE_LINE}\n" in proc.stdout  # the example stands on a line of its own
+    assert '"event_id" and "payload"' in text and "E and four digits" in text
+    assert f"one of {', '.join(sorted(DEFAULT_CATEGORIES))} " in text
+    assert f"an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} " in text
+    assert ("Exit status: 0 success; 2 rejected input or usage error (nothing written); "
+            "1 anything else; 130 interrupted.") in text
+    assert '"queue-core: <code>: <what is wrong>"' in text
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_example_line_of_the_help_is_a_batch_the_handler_accepts(tmp_path: Path) -> None:
+    from queue_core.envelope import EVENT_ID
+
+    (example,) = [line.strip() for line in run(tmp_path, "--help").stdout.splitlines()
+                  if line.startswith("  {")]
+    event = json.loads(example)
+    assert EVENT_ID.fullmatch(event["event_id"])
+    write(tmp_path / "one.jsonl", example + "\n")
+    assert ok(tmp_path, "--db", DB, "--now", 1000, "enqueue", "one.jsonl") == {"accepted": 1, "duplicates": 0}
+    assert ok(tmp_path, "--db", DB, "--now", 1000, "work")["done"] == 1
+    payload = event["payload"]
+    assert status(tmp_path)["effects"]["by_category"] == {payload["category"]: payload["amount_cents"]}
+
+
+def test_the_help_does_not_depend_on_the_terminal_width(tmp_path: Path) -> None:
+    import os
+
+    def help_with(columns: str) -> str:
+        env = {**os.environ, "COLUMNS": columns}
+        return subprocess.run([sys.executable, "-m", "queue_core", "--help"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60).stdout
+
+    assert help_with("40") == help_with("200") == run(tmp_path, "--help").stdout
+
+
+@pytest.mark.parametrize("args", [[], ["--db", DB], ["--now", "1000"]], ids=["bare", "--db", "--now"])
+def test_no_command_prints_the_whole_help_on_stderr_and_exits_2(tmp_path: Path, args: list[str]) -> None:
+    proc = run(tmp_path, *args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == run(tmp_path, "--help").stdout + "queue-core: usage: no command given\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    import queue_core
+
+    proc = run(tmp_path, "--version")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"queue-core {queue_core.__version__}\n", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+REFUSED = [
+    (["demo", "--db", DB], "demo", "--db"),
+    (["--db", DB, "demo"], "demo", "--db"),
+    (["demo", "--json", "--now", "1000"], "demo", "--now"),
+    (["--now", "1000", "demo", "--json"], "demo", "--now"),
+    (["--db", DB, "demo", "--now", "5"], "demo", "--db or --now"),
+    (["lab", "--db", DB], "lab", "--db"),
+    (["lab", "normal", "--now", "1000"], "lab", "--now"),
+    (["--db", DB, "--now", "1000", "lab", "--json"], "lab", "--db or --now"),
+    (["lab", "early-ack", "--db=other.sqlite3"], "lab", "--db"),
+]
+
+
+@pytest.mark.parametrize(("args", "command", "options"), REFUSED, ids=[" ".join(a) for a, _, _ in REFUSED])
+def test_demo_and_lab_refuse_db_and_now_and_write_nothing(
+        tmp_path: Path, args: list[str], command: str, options: str) -> None:
+    proc = run(tmp_path, *args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"queue-core: usage: {command} does not take {options}: "
+                           "it runs in a temporary folder of its own with a model clock\n")
+    assert list(tmp_path.iterdir()) == []  # no database made, none touched
+
+
+def test_the_help_of_demo_and_lab_does_not_offer_db_or_now(tmp_path: Path) -> None:
+    for command in ("demo", "lab"):
+        proc = run(tmp_path, command, "--help")
+        assert proc.returncode == 0 and proc.stderr == ""
+        assert "--db" not in proc.stdout and "--now" not in proc.stdout, command
+    assert "--db PATH" in run(tmp_path, "status", "--help").stdout
 
 
 # ------------------------------------------------------- usage and paths
@@ -448,7 +540,9 @@ def test_usage_errors_exit_2_without_traceback(tmp_path: Path, args: list[str]) 
     proc = run(tmp_path, *args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
-    assert "usage:" in proc.stderr
+    assert proc.stderr.startswith("usage: queue-core")
+    assert proc.stderr.splitlines()[-1].startswith("queue-core: usage: ")  # the CLI's one error format
+    assert proc.stdout == ""
     assert list(tmp_path.iterdir()) == []
 
 
@@ -569,7 +663,7 @@ def test_a_corrupt_queue_database_is_exit_1_without_traceback(demo_db: Path) -> 
 
 # ------------------------------------------------------------ smoke: by hand
 
-def test_the_spec_demo_by_hand(tmp_path: Path) -> None:
+def test_the_reference_demo_by_hand(tmp_path: Path) -> None:
     """The reference demo walked with the CLI and --now.
 
     The CLI cannot inject E0002's temporary error nor E0003's crash, so by hand

@@ -24,18 +24,44 @@ def test_readme_console_session_prints_what_it_shows(tmp_path: Path) -> None:
         assert (output, status) == (command.expected, command.expected_status), command.line
 
 
+def test_readme_opens_with_what_it_is_then_install_then_a_first_program() -> None:
+    headings = re.findall(r"^## (.+)$", README, re.M)
+    assert headings[:3] == ["Install", "A first program", "Two commands"]
+    intro = README.split("\n## ", 1)[0]
+    assert "message queue on SQLite" in intro
+
+
+def test_readme_states_the_versions_the_code_needs() -> None:
+    import tomllib
+
+    from queue_core.database import MIN_SQLITE
+
+    install = README.split("## Install", 1)[1].split("\n## ", 1)[0]
+    major, minor, _ = MIN_SQLITE
+    assert f"SQLite {major}.{minor} or\nnewer" in install or f"SQLite {major}.{minor} or newer" in install
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["requires-python"]
+    assert requires.startswith(">=") and f"Python {requires[2:]} or newer" in install
+
+
 def test_readme_python_block_runs_twice_in_the_same_folder(tmp_path: Path) -> None:
+    section = README.split("## A first program", 1)[1].split("\n## ", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert code in section
+    (shown,) = re.findall(r"It prints:\n\n```text\n(.*?)```", section, re.S)
     cwd = os.getcwd()
     os.chdir(tmp_path)
+    outputs = []
     try:
-        for run in ("first run", "second run, same file"):
+        for _ in ("first run", "second run, same folder, same file"):
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 exec(compile(code, "README.md", "exec"), {})
-            assert out.getvalue() == "done 10000\n", run
+            outputs.append(out.getvalue())
     finally:
         os.chdir(cwd)
+    assert outputs == [shown, shown]  # the same both times, and what README says it prints
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("example.sqlite3-")) == [
+        "example.sqlite3"]
 
 
 def test_readme_module_table_matches_the_package() -> None:
