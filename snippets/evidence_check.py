@@ -5,12 +5,16 @@ completes that lease and is killed with SIGKILL right after its handler wrote
 the effect (probe point complete.after_effect), before COMMIT. The checker
 reads the file (read-only) straight after the crash, then a fresh worker
 finishes the queue and the checker reads it again, this time with everything
-the producer sent and the money it must add up to.
+the producer sent and the money it must add up to. Last, raw SQL makes the
+two states a worker that commits its effect and its ACK separately leaves
+behind (a done message without its effect, an effect without a done
+message), and the checker names them.
 
 Run: python evidence_check.py   (needs queue_core; leaves nothing behind)
 """
 
 import json
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -47,3 +51,11 @@ with tempfile.TemporaryDirectory() as folder:
     expected = sum(p["amount_cents"] for p in EVENTS.values() if p["category"] != "toy")
     print(f"money: {ledger.totals(store).total_cents} (expected {expected})")
     print("violations:", check_invariants(db, events=EVENTS, expected_total=expected))
+
+    raw = sqlite3.connect(db)  # a client that bypasses the protocol
+    raw.execute("DELETE FROM effects WHERE event_id = 'E0001'")  # E0001 stays done: "ACK first"
+    raw.execute("INSERT INTO effects VALUES ('E0004', 'toy', 3000)")  # E0004 stays dead: "effect first"
+    raw.commit()
+    raw.close()
+    for violation in check_invariants(db, events=EVENTS, expected_total=expected):
+        print("violation after raw SQL:", violation)

@@ -1,4 +1,4 @@
-"""Naive version (c): write the effect, then ACK, in two transactions.
+"""Naive version (b): write the effect, then ACK, in two transactions.
 
 A worker process adds the money (commit), then dies with os._exit(86) before
 it marks E0001 done: a real child process, no cleanup, no second commit. The

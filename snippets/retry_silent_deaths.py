@@ -1,9 +1,9 @@
 """Silent deaths spend the budget too: three real crashes, then the fourth claim moves the message to dead.
 
 E0003's processing kills its worker every time. The program claims E0003 and
-hands the lease to a real child process, which starts the completion and dies
-with os._exit(86) after the handler's INSERT, before COMMIT. Nobody reports a
-failure; the lease just runs out. Each claim counts as an attempt, so after
+hands the lease to a real child process, which starts the completion (BEGIN
+IMMEDIATE, the fenced check) and dies with os._exit(86) just as its handler is
+about to run. Nobody reports a failure; the lease just runs out. Each claim counts as an attempt, so after
 three such deaths the next claim moves E0003 to dead ('lease_expired', with a
 detail that says which lease ended when) and hands out E0004 instead.
 
@@ -38,7 +38,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for _ in range(MAX_ATTEMPTS):
         lease = store.claim(lease_seconds=2)
         show(f"claim, lease until {lease.lease_until}")
-        status = run_crashing_completion(db, lease, now=clock.now())
+        status = run_crashing_completion(db, lease, now=clock.now(), point="complete.after_read")
         show(f"worker died (exit {status})")
         clock.set(lease.lease_until)  # nobody reports anything; the lease runs out
     lease = store.claim(lease_seconds=2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sqlite3
 
 import pytest
@@ -696,4 +697,8 @@ def test_invalid_json_names_the_physical_line_and_only_a_column() -> None:
     with pytest.raises(BatchRejected) as info:
         parse_batch(data)
     assert info.value.line == 3
-    assert str(info.value) == "line 3: invalid_json: Expecting property name enclosed in double quotes at column 40"
+    # The reason is CPython's own words (they differ between versions); the
+    # line, the code and a column, never json's "line 1", are ours.
+    message = str(info.value)
+    assert message.startswith("line 3: invalid_json: ") and re.search(r" at column \d+$", message), message
+    assert "line 1" not in message
