@@ -60,3 +60,23 @@ def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
     result = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert result["parameters"]["messages"] == 300
     assert (out / "results.md").read_text(encoding="utf-8").startswith("| measurement |")
+
+
+def test_the_per_transaction_store_really_closes_its_connection_after_each_transaction(tmp_path: Path) -> None:
+    # The "before" row is only a comparison if it pays what the old policy paid:
+    # each transaction's last close checkpoints and deletes the WAL.
+    bench = load_bench()
+    path = bench.fresh_queue(tmp_path, "policy", 3)
+    wal = path.with_name(path.name + "-wal")
+    store = bench.PerTransactionStore(path, clock=bench.ModelClock(bench.NOW), create=False)
+    try:
+        lease = store.claim(60)
+        assert lease is not None
+        assert getattr(store._local, "conn", None) is None and not wal.exists()
+        store.complete(lease, bench.Handler())
+        assert getattr(store._local, "conn", None) is None and not wal.exists()
+    finally:
+        store.close()
+    with bench.Store(path, clock=bench.ModelClock(bench.NOW), create=False) as kept:
+        kept.claim(60)
+        assert wal.exists()  # the policy of today: the connection and its WAL stay until close()
