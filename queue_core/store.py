@@ -407,7 +407,10 @@ class Store:
                 raise database.storage_error(exc, self.path) from exc
 
     def read(self, body: Callable[[Tx], T]) -> T:
-        """Run ``body(view)`` in one consistent snapshot; wait out a busy database."""
+        """Run ``body(view)`` in one consistent snapshot; wait out a busy database.
+
+        :param body: reads through ``view.execute``; its return value is returned.
+        """
         def once() -> T:
             with self.snapshot() as view:
                 return body(view)
@@ -419,6 +422,9 @@ class Store:
         ``body`` may run more than once (each time in a fresh transaction) if
         the database stays busy past SQLite's own timeout, so it must not have
         effects outside the transaction.
+
+        :param body: writes through ``tx.execute``; its return value is returned.
+        :raises StorageError: ``database_busy`` after ``busy_retry_seconds``, or another storage code.
         """
         return self._write(None, body)
 
@@ -473,7 +479,13 @@ class Store:
     # --------------------------------------------------------------- enqueue
 
     def enqueue(self, data: bytes | str | Batch) -> EnqueueResult:
-        """Validate a whole JSONL batch, then store its new events in one transaction."""
+        """Validate a whole JSONL batch, then store its new events in one transaction.
+
+        :param data: JSONL text or bytes, one ``{"event_id": ..., "payload": {...}}`` per line,
+            or a ``Batch`` from ``parse_batch``.
+        :returns: how many events were new and how many were duplicates.
+        :raises BatchRejected: on the first bad line (its number and code); nothing is written.
+        """
         if isinstance(data, Batch):
             batch = data
         elif isinstance(data, (str, bytes, bytearray)):
@@ -521,7 +533,11 @@ class Store:
     # ----------------------------------------------------------------- claim
 
     def claim(self, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease | None:
-        """Lease the next available message, or return None if there is none now."""
+        """Lease the next available message, or return None if there is none now.
+
+        :param lease_seconds: how long the lease lasts; complete before ``lease.lease_until``.
+        :returns: the lease (event id, generation, attempt, deadline), or ``None``.
+        """
         _check_lease_seconds(lease_seconds)
         return self._write("claim", lambda tx: self.claim_tx(tx, lease_seconds))
 
@@ -595,6 +611,12 @@ class Store:
         the payload (or raises), its writes are rolled back and the message
         moves to retry or dead instead. Raises ``LeaseLost`` if fencing
         refuses; everything the handler wrote is rolled back with it.
+
+        :param lease: what ``claim`` returned.
+        :param handler: ``handler(tx, message)`` writes the effect through ``tx``; it refuses a
+            payload by raising ``PermanentFailure`` or ``TemporaryFailure``.
+        :returns: the outcome: ``DONE``, ``RETRY`` (with ``available_at``) or ``DEAD``.
+        :raises LeaseLost: the lease is no longer the message's current, unexpired lease.
         """
         _check_lease(lease)
         if not callable(handler):
@@ -686,6 +708,9 @@ class Store:
 
         Each lease is the one ``claim`` would have given, with its own
         generation; they only share one commit. Empty if nothing is available.
+
+        :param count: at most this many leases (1..``MAX_BATCH``).
+        :param lease_seconds: how long each lease lasts; it must cover the whole batch's work.
         """
         _check_count(count)
         _check_lease_seconds(lease_seconds)
@@ -705,6 +730,10 @@ class Store:
         effect and its ACK are kept or undone together. A lease lost for one
         message undoes only that message and is reported as
         ``Outcome.LEASE_LOST`` instead of raised, so the others still commit.
+
+        :param leases: what ``claim_many`` returned (at most ``MAX_BATCH``).
+        :param handler: as for ``complete``.
+        :returns: one completion per lease, in the order given.
         """
         batch = list(leases)
         for lease in batch:
@@ -733,6 +762,12 @@ class Store:
         Permanent failures and a temporary failure on the last allowed attempt
         go to dead, keeping ``code`` (and ``detail``, the reason in words).
         Fenced like ``complete``.
+
+        :param lease: what ``claim`` returned.
+        :param code: a short machine-readable reason, stored as ``last_error``.
+        :param permanent: dead at once instead of a retry.
+        :param detail: the reason in words, stored as ``last_detail``.
+        :raises LeaseLost: the lease is no longer current.
         """
         _check_lease(lease)
         _check_code(code, detail)
@@ -781,7 +816,12 @@ class Store:
     # --------------------------------------------------------------- redrive
 
     def redrive(self, event_ids: Iterable[str]) -> list[str]:
-        """Give dead messages a new cycle (all or none); returns the ids."""
+        """Give dead messages a new cycle (all or none); returns the ids.
+
+        :param event_ids: ids of dead messages; their attempts start again, generation and payload are kept.
+        :raises NotDead: one of them is not dead (nothing is changed).
+        :raises UnknownEvent: one of them is not in the queue (nothing is changed).
+        """
         if isinstance(event_ids, str):
             raise TypeError(f"redrive takes a list of event ids, got the string {event_ids!r}; "
                             f"write redrive([{event_ids!r}])")

@@ -50,6 +50,13 @@ def work(
     message with its own lease, generation, effect and ACK. It needs fewer
     commits per message; each message then waits for the whole batch, so the
     lease must cover k handlers' time.
+
+    :param store: the queue; ``work`` opens no connection of its own.
+    :param handler: ``handler(tx, message)``, as for ``Store.complete``.
+    :param lease_seconds: each lease's length; longer than the handler takes (k handlers with ``batch=k``).
+    :param max_messages: stop after claiming this many (``None``: until none is available now).
+    :param batch: messages per claim transaction and per completion transaction (1..``MAX_BATCH``).
+    :returns: counts of claimed, done, retried, dead and lease-lost messages.
     """
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")

@@ -26,10 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 GLOSSARY = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
 TOOLTIPS = (ROOT / "docs" / "includes" / "glossary-terms.md").read_text(encoding="utf-8")
 # The protocol's own words: defined in the glossary, with a tooltip in both cases.
-CORE_TERMS = ["Queue", "Lease", "ACK", "Retry", "Backoff", "DLQ", "Fencing", "Effect", "Receipt", "Generation"]
+# ("queue" has no tooltip: the word is everywhere, and on the page that compares
+# real queues a tooltip saying "the messages table of one SQLite file" would be false.)
+CORE_TERMS = ["Lease", "ACK", "Retry", "Backoff", "DLQ", "Fencing", "Effect", "Receipt", "Generation"]
 # Every entry of the glossary, and the tooltip that each one has on every page.
 TERMS = {
-    "Queue": "queue", "Canonical payload": "canonical payload", "`available_at`": "available_at",
+    "Queue": None, "Canonical payload": "canonical payload", "`available_at`": "available_at",
     "Claim": None, "Lease": "lease", "At-least-once": "at-least-once", "Generation": "generation",
     "Fencing": "fencing", "`LeaseLost`": "LeaseLost", "Effect": "effect", "ACK": "ACK", "Outbox": "outbox",
     "Retry": "retry", "Backoff": "backoff", "Attempt budget": None, "Cycle": "cycle", "DLQ": "DLQ",
