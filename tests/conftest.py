@@ -9,6 +9,9 @@ import pytest
 
 from queue_core import Handler, ModelClock, Store, ledger
 
+# The throwaway PostgreSQL server: postgres_cluster (per session), postgres_dsn (a fresh database per test).
+from .postgres_server import postgres_cluster, postgres_dsn  # noqa: F401
+
 
 @pytest.fixture
 def clock() -> ModelClock:

@@ -133,7 +133,9 @@ def test_the_classifiers_say_only_what_is_true(built: Built) -> None:
 
 
 def test_no_runtime_dependency_and_no_invented_address(built: Built) -> None:
-    assert built.metadata.get_all("Requires-Dist") is None
+    # PostgreSQL support is an optional extra; the SQLite default needs nothing.
+    assert built.metadata.get_all("Requires-Dist") == ['psycopg[binary]>=3.2; extra == "postgres"']
+    assert built.metadata.get_all("Provides-Extra") == ["postgres"]
     assert PYPROJECT["project"]["dependencies"] == []
     for url in built.metadata.get_all("Project-URL") or []:  # none until the project has a public address
         label, _, address = url.partition(", ")
@@ -146,7 +148,7 @@ def test_the_long_description_is_the_readme(built: Built) -> None:
 
 
 def test_the_schema_files_the_marker_and_every_module_are_inside(built: Built) -> None:
-    assert SQL_FILES == ["ledger.sql", "receipts.sql", "schema.sql"]
+    assert SQL_FILES == ["ledger.sql", "ledger_postgres.sql", "receipts.sql", "schema.sql", "schema_postgres.sql"]
     modules = sorted(p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
     for name in [*modules, *(f"queue_core/{sql}" for sql in SQL_FILES), "queue_core/py.typed"]:
         assert name in built.wheel_names, name

@@ -1,0 +1,17 @@
+-- The ledger for PostgreSQL (ledger.sql on SQLite): the reference
+-- application's effect, one row per paid event. It belongs to the
+-- application, not to the queue: schema_postgres.sql never mentions it. The
+-- foreign key ties an effect to the message that made it; the primary key
+-- makes a second effect for one event unstorable.
+--
+-- Run it in one transaction after schema_postgres.sql (the same transaction
+-- or a later one): the same advisory lock makes concurrent installs take turns.
+
+SELECT pg_advisory_xact_lock(1363373938);
+
+CREATE TABLE IF NOT EXISTS effects (
+    event_id     TEXT COLLATE "C" PRIMARY KEY
+                 CONSTRAINT effects_event_id_fkey REFERENCES messages (event_id),
+    category     TEXT   NOT NULL CONSTRAINT effects_category_nonempty CHECK (length(category) > 0),
+    amount_cents BIGINT NOT NULL CONSTRAINT effects_amount_positive CHECK (amount_cents > 0)
+);
