@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from . import __version__, ledger
-from .clock import MAX_SECONDS, Clock, ModelClock, SystemClock
+from . import __version__, engine_postgres, ledger
+from .clock import MAX_SECONDS, Clock, ModelClock
 from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Global options are accepted before or after the command name.
     common = _Parser(add_help=False)
     common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
-                        help=f"queue database file (default: {DEFAULT_DB} in the working directory)")
+                        help=f"queue database file (default: {DEFAULT_DB} in the working directory), "
+                             "or a postgresql:// URL")
     common.add_argument("--now", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
                         help="model time in whole seconds instead of the system clock")
     # demo and lab accept the two options only to refuse them with a clear message.
@@ -209,9 +210,11 @@ def _refuse_global_options(args: argparse.Namespace) -> None:
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
-    db = Path(getattr(args, "db", DEFAULT_DB))
+    given_db = getattr(args, "db", DEFAULT_DB)
+    db: str | Path = given_db if engine_postgres.is_url(given_db) else Path(given_db)
     now = getattr(args, "now", None)
-    clock: Clock = ModelClock(now) if now is not None else SystemClock()
+    # Without --now the store takes the system clock (on PostgreSQL: the server's, one clock for every host).
+    clock: Clock | None = ModelClock(now) if now is not None else None
 
     if args.command == "demo":
         return _demo(args.json, out)

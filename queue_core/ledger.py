@@ -33,6 +33,7 @@ MIN_AMOUNT_CENTS: Final = 1
 MAX_AMOUNT_CENTS: Final = 9_999_999
 INVALID_PAYLOAD: Final = "invalid_payload"
 SCHEMA_FILE: Final = "ledger.sql"
+SCHEMA_FILES: Final = {"sqlite": SCHEMA_FILE, "postgresql": "ledger_postgres.sql"}  # by Tx.engine
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def install(store: Store) -> None:
         return
 
     def create(tx: Tx) -> None:
-        if tx.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'").fetchone() is None:
+        if not _table_exists(tx, "messages"):
             # Only a forged header gets this far: write nothing into a file that is not a queue.
             raise WrongPath(f"{store.path} has no messages table: not a queue database",
                             code="not_a_queue_database")
@@ -146,7 +147,7 @@ def install(store: Store) -> None:
 
 def install_tx(tx: Tx) -> None:
     """``install`` inside the caller's transaction."""
-    for statement in database.sql_statements(SCHEMA_FILE):
+    for statement in database.sql_statements(SCHEMA_FILES[tx.engine]):
         tx.execute(statement)
 
 
@@ -159,9 +160,10 @@ def totals_tx(view: Tx) -> Totals:
     """``totals`` inside the caller's transaction or snapshot."""
     if not _installed(view):
         return Totals(0, 0, {})
-    count, total = view.execute("SELECT count(*), coalesce(sum(amount_cents), 0) FROM effects").fetchone()
+    # CAST: on PostgreSQL the sum of a BIGINT is a NUMERIC (a Decimal in Python).
+    count, total = view.execute("SELECT count(*), CAST(coalesce(sum(amount_cents), 0) AS BIGINT) FROM effects").fetchone()
     by_category = dict(view.execute(
-        "SELECT category, sum(amount_cents) FROM effects GROUP BY category ORDER BY category").fetchall())
+        "SELECT category, CAST(sum(amount_cents) AS BIGINT) FROM effects GROUP BY category ORDER BY category").fetchall())
     return Totals(count, total, by_category)
 
 
@@ -189,8 +191,15 @@ def has_effect(tx: Tx, event_id: str) -> bool:
 
 
 def _installed(view: Tx) -> bool:
-    return view.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effects'").fetchone() is not None
+    return _table_exists(view, "effects")
+
+
+def _table_exists(view: Tx, name: str) -> bool:
+    if view.engine == "postgresql":
+        sql = "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?"
+    else:
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return view.execute(sql, (name,)).fetchone() is not None
 
 
 def _json_kind(value: Any) -> str:

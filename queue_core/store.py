@@ -25,6 +25,7 @@ which is how the crash tests stop a real process at an exact point.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -38,7 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Final, NoReturn, Protocol, TypeVar
 
-from . import database, turn
+from . import database, engine_postgres, turn
 from .clock import Clock, SystemClock
 from .envelope import Batch, parse_batch
 from .errors import (
@@ -174,12 +175,16 @@ class Snapshot:
 class Tx:
     """An open transaction on one connection: run your SQL in it with ``execute``."""
 
-    def __init__(self, conn: sqlite3.Connection, clock: Clock) -> None:
+    def __init__(self, conn: sqlite3.Connection, clock: Clock, *, server_clock: bool = False) -> None:
         self.conn = conn
         self.clock = clock
+        self.engine: str = getattr(conn, "engine", "sqlite")  # "sqlite" or "postgresql"
+        self._server_clock = server_clock
 
     def now(self) -> int:
         """Read the clock again (a long handler may have let time pass)."""
+        if self._server_clock:  # PostgreSQL with the system clock: the server's, one clock for every host
+            return int(self.conn.server_now())  # type: ignore[attr-defined]
         return self.clock.now()
 
     def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
@@ -226,12 +231,18 @@ class Store:
         a file of an older schema version is migrated forward in one transaction.
         """
         if not isinstance(path, (str, Path)):
-            raise TypeError(f"Store() takes a file path (str or Path), got {type(path).__name__}")
+            raise TypeError(f"Store() takes a file path (str or Path) or a postgresql:// URL, "
+                            f"got {type(path).__name__}")
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(f"clock must have a now() method returning seconds, got {type(clock).__name__}")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an integer of at least 1, got {max_attempts!r}")
-        self.path = Path(path)
+        # "postgresql://..." selects PostgreSQL (engine_postgres.py); anything else is an SQLite file.
+        self.url: str | None = str(path) if engine_postgres.is_url(path) else None
+        self.engine = "postgresql" if self.url else "sqlite"
+        self.path = Path(path) if self.url is None else Path(".")
+        self._where = engine_postgres._safe(self.url) if self.url else str(self.path)
+        self._server_clock = self.url is not None and clock is None
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_attempts = max_attempts
         self.busy_timeout_ms = busy_timeout_ms
@@ -245,6 +256,10 @@ class Store:
         self._registry = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
+        if self.url is not None:
+            conn = self._thread_connection()
+            engine_postgres.prepare(conn)  # type: ignore[arg-type]
+            return
         version = database.inspect(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
         if version < database.SCHEMA_VERSION:
             with self._connection() as conn:
@@ -253,7 +268,7 @@ class Store:
                     database.checkpoint(conn)
 
     def __repr__(self) -> str:
-        return f"Store({str(self.path)!r}, clock={self.clock!r})"
+        return f"Store({self._where!r}, clock={self.clock!r})"
 
     def __enter__(self) -> Store:
         return self
@@ -289,7 +304,7 @@ class Store:
         short-lived connection, as it would from another client.
         """
         if getattr(self._local, "in_use", False) and not self._closed and os.getpid() == self._pid:
-            extra = database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
+            extra = self._open()
             try:
                 yield extra
             finally:
@@ -309,17 +324,22 @@ class Store:
     def _thread_connection(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use and kept until ``close()``."""
         if self._closed:
-            raise StorageError(f"{self.path}: this store was closed", code="store_closed")
+            raise StorageError(f"{self._where}: this store was closed", code="store_closed")
         if os.getpid() != self._pid:  # a forked child must not touch its parent's connections
             with self._registry:
                 self._pid, self._connections, self._local = os.getpid(), [], threading.local()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms, check_same_thread=False)
+            conn = self._open(check_same_thread=False)
             with self._registry:
                 self._connections.append(conn)
             self._local.conn = conn
         return conn
+
+    def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
+        if self.url is not None:
+            return engine_postgres.Connection(self.url, busy_timeout_ms=self.busy_timeout_ms)  # type: ignore[return-value]
+        return database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms, check_same_thread=check_same_thread)
 
     def writer_turn(self) -> AbstractContextManager[None]:
         """Hold this thread's turn to write across several transactions (re-entrant).
@@ -330,6 +350,8 @@ class Store:
         for a claim and its completion, so that two processes trade places
         once per message, not twice.
         """
+        if self.url is not None:
+            return contextlib.nullcontext()  # PostgreSQL locks rows, not the database: no turns
         return turn.writer_turn(self.path, wait_seconds=self.busy_retry_seconds)
 
     def _discard(self, conn: sqlite3.Connection) -> None:
@@ -362,7 +384,7 @@ class Store:
         with self._connection() as conn, self.writer_turn():
             try:
                 self._begin(conn, operation if probed else None)
-                yield Tx(conn, self.clock)
+                yield Tx(conn, self.clock, server_clock=self._server_clock)
                 self._commit(conn, operation if probed else None)
             except BaseException as exc:
                 self._roll_back(conn, exc)
@@ -372,7 +394,8 @@ class Store:
     def _begin(self, conn: sqlite3.Connection, probed_operation: str | None) -> None:
         # IMMEDIATE: the write lock before the first read, so that what a
         # transaction reads cannot change before it writes.
-        conn.execute("BEGIN IMMEDIATE")
+        # (PostgreSQL has no database write lock: its transactions lock the rows they take.)
+        conn.execute("BEGIN" if self.url is not None else "BEGIN IMMEDIATE")
         if probed_operation:
             self._at(f"{probed_operation}.after_begin")
 
@@ -398,8 +421,9 @@ class Store:
         with self._connection() as conn:
             try:
                 try:
-                    conn.execute("BEGIN")
-                    yield Tx(conn, self.clock)
+                    # PostgreSQL: one snapshot for all of the body's statements, as a WAL read on SQLite.
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if self.url else "BEGIN")
+                    yield Tx(conn, self.clock, server_clock=self._server_clock)
                 finally:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
@@ -448,7 +472,7 @@ class Store:
             with self.writer_turn():
                 try:
                     self._begin(conn, operation if probed else None)
-                    result = body(Tx(conn, self.clock))
+                    result = body(Tx(conn, self.clock, server_clock=self._server_clock))
                     self._commit(conn, operation if probed else None)
                 except BaseException as exc:
                     self._roll_back(conn, exc)
@@ -505,10 +529,17 @@ class Store:
             raise TypeError(f"enqueue_tx takes a Batch from parse_batch(), got {type(batch).__name__}")
         now = tx.now()
         # One read for the whole batch, then one INSERT statement for its new events.
-        ids = json.dumps([event.event_id for event in batch.events])
-        stored = dict(tx.execute(
-            "SELECT event_id, payload FROM messages WHERE event_id IN (SELECT value FROM json_each(?))",
-            (ids,)).fetchall())
+        ids = [event.event_id for event in batch.events]
+        if tx.engine == "postgresql":
+            # No database write lock there: enqueues take turns on an advisory
+            # lock, so that a duplicate or a conflict is decided as on SQLite.
+            tx.execute("SELECT pg_advisory_xact_lock(?)", (database.APPLICATION_ID + 1,))
+            found = tx.execute("SELECT event_id, payload FROM messages WHERE event_id = ANY(?)", (ids,))
+        else:
+            found = tx.execute(
+                "SELECT event_id, payload FROM messages WHERE event_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),))
+        stored = dict(found.fetchall())
         self._at("enqueue.after_read")
         new: list[tuple[str, str, int]] = []
         duplicates = batch.duplicates_in_batch
@@ -571,7 +602,7 @@ class Store:
                   AND (state = 'ready' OR lease_until <= :now)
                 ORDER BY available_at, event_id
                 LIMIT :wanted
-                """,
+                """ + _ROW_LOCK[tx.engine]["claim"],
                 {"now": now, "wanted": count - len(leases)},
             ).fetchall()
             self._at("claim.after_read")
@@ -661,7 +692,7 @@ class Store:
         from the database, never from the caller.
         """
         _check_lease(lease)
-        message = _fetch_message(tx, lease.event_id)
+        message = _fetch_message(tx, lease.event_id, lock=True)
         now = tx.now()
         if message is None:
             raise LeaseLost(f"{lease.event_id} is not in the queue")
@@ -837,7 +868,8 @@ class Store:
         now = tx.now()
         done: list[str] = []
         for event_id in event_ids:
-            row = tx.execute("SELECT state FROM messages WHERE event_id = ?", (event_id,)).fetchone()
+            row = tx.execute("SELECT state FROM messages WHERE event_id = ?" + _ROW_LOCK[tx.engine]["message"],
+                             (event_id,)).fetchone()
             self._at("redrive.after_read")
             if row is None:
                 raise UnknownEvent(f"{event_id} is not in the queue")
@@ -882,11 +914,20 @@ class Store:
         return self.messages("dead")
 
 
+# What a transaction locks beyond SQLite's one writer: on PostgreSQL a claim
+# takes the rows it leases and skips rows another transaction holds, and a
+# completion or failure locks its message's row before checking the lease.
+_ROW_LOCK: Final = {
+    "sqlite": {"claim": "", "message": ""},
+    "postgresql": {"claim": " FOR UPDATE SKIP LOCKED", "message": " FOR UPDATE"},
+}
+
 _MESSAGE_COLUMNS = "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, last_detail"
 
 
-def _fetch_message(tx: Tx, event_id: str) -> Message | None:
-    row = tx.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE event_id = ?", (event_id,)).fetchone()
+def _fetch_message(tx: Tx, event_id: str, *, lock: bool = False) -> Message | None:
+    suffix = _ROW_LOCK[tx.engine]["message"] if lock else ""
+    row = tx.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE event_id = ?{suffix}", (event_id,)).fetchone()
     return None if row is None else Message(*row)
 
 

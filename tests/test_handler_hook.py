@@ -473,9 +473,10 @@ def test_the_store_module_imports_neither_ledger_nor_receipts() -> None:
     imported = imports_of(path.read_text(encoding="utf-8"))
     assert forbidden_in(imported) == set()
     assert "<dynamic import>" not in imported
-    # What it does import from the package: the file, the writer turn, the clock, the envelope, the errors.
+    # What it does import from the package: the file, the writer turn, the PostgreSQL engine, the clock,
+    # the envelope, the errors.
     own = {name.split(".")[1] for name in imported if name.startswith("queue_core.")}
-    assert own == {"database", "turn", "clock", "envelope", "errors"}
+    assert own == {"database", "turn", "engine_postgres", "clock", "envelope", "errors"}
 
 
 def test_the_stores_sql_names_only_the_messages_table() -> None:

@@ -10,7 +10,8 @@ GRAPH = import_graph()
 
 # What the protocol may lean on, and nothing else: no handler, no ledger, no
 # receipts, no proof machinery.
-STORE_MAY_IMPORT = {"clock", "database", "envelope", "errors", "turn"}
+# (engine_postgres: what differs on PostgreSQL; it imports psycopg only when a URL is opened.)
+STORE_MAY_IMPORT = {"clock", "database", "engine_postgres", "envelope", "errors", "turn"}
 
 
 def test_the_graph_is_read_from_the_real_package() -> None:
@@ -38,6 +39,7 @@ def test_the_store_knows_no_business() -> None:
     assert GRAPH["store"] <= STORE_MAY_IMPORT, GRAPH["store"] - STORE_MAY_IMPORT
     assert GRAPH["database"] <= {"errors"}
     assert GRAPH["turn"] <= {"errors"}  # the writer turn is about files and locks, nothing else
+    assert GRAPH["engine_postgres"] <= {"errors"}  # the engine knows SQL and connections, no business
 
 
 def test_nothing_in_the_core_imports_the_proof_machinery() -> None:

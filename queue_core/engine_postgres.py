@@ -1,0 +1,162 @@
+"""PostgreSQL for the same protocol: what differs from SQLite, in one module.
+
+The store's transactions are written once (``store.py``). On PostgreSQL:
+
+* a connection is a psycopg 3 connection, wrapped so that it answers the
+  few calls the store makes of an sqlite3 connection (``execute`` with ``?``
+  and ``:name`` placeholders, ``executemany``, ``in_transaction``);
+* there is no global write lock: a claim locks the rows it takes
+  (``FOR UPDATE SKIP LOCKED``), so workers on several hosts take different
+  messages, and a completion locks its message's row (``FOR UPDATE``) before
+  it checks the lease;
+* with the system clock, time is the database server's (one clock for every
+  host); a ``ModelClock`` still works for tests and examples;
+* errors become the same ``StorageError`` codes.
+
+psycopg is imported only when a PostgreSQL URL is opened, so the SQLite
+default keeps its zero dependencies (``pip install queue_core[postgres]``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from typing import Any, Final
+
+from .errors import StorageError
+
+SCHEMES: Final = ("postgresql://", "postgres://")
+SCHEMA_FILE: Final = "schema_postgres.sql"
+
+# ``?`` and ``:name`` outside quoted strings (the store's SQL has no ``::`` casts).
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\?|(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def is_url(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL database rather than an SQLite file."""
+    return isinstance(target, str) and target.startswith(SCHEMES)
+
+
+def translate(sql: str) -> str:
+    """The store's SQL with psycopg's placeholders (``%s``, ``%(name)s``; a literal ``%`` doubled)."""
+    def replace(match: re.Match[str]) -> str:
+        text = match.group(0)
+        if text.startswith("'"):
+            return text  # a string literal: nothing in it is a placeholder
+        return "%s" if text == "?" else f"%({match.group(1)})s"
+    return _PLACEHOLDER.sub(replace, sql.replace("%", "%%"))
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StorageError("PostgreSQL needs psycopg 3: pip install 'queue_core[postgres]'",
+                           code="postgres_unavailable") from None
+    return psycopg
+
+
+def storage_error(exc: Exception, url: str) -> StorageError:
+    """Translate a psycopg error into a StorageError with one of the store's stable codes."""
+    psycopg = _psycopg()
+    errors = psycopg.errors
+    where = _safe(url)
+    if isinstance(exc, (errors.SerializationFailure, errors.DeadlockDetected, errors.LockNotAvailable,
+                        errors.QueryCanceled)):
+        return StorageError(f"{where}: the database is busy ({exc})", code="database_busy")
+    if isinstance(exc, errors.IntegrityError):
+        return StorageError(f"{where}: a schema constraint refused the write ({exc})", code="constraint_violation")
+    if isinstance(exc, errors.DiskFull):
+        return StorageError(f"{where}: the database server's disk is full ({exc})", code="disk_full")
+    if isinstance(exc, errors.ReadOnlySqlTransaction):
+        return StorageError(f"{where}: the database is read-only ({exc})", code="read_only")
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageError(f"{where}: the connection to the database server failed ({exc})",
+                            code="connection_lost")
+    return StorageError(f"{where}: {exc}", code="storage_error")
+
+
+def _safe(url: str) -> str:
+    """The URL without a password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+class Cursor:
+    """The rows of one statement, as the store reads them from an sqlite3 cursor."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self.rowcount: int = cursor.rowcount
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone() if self._cursor.description is not None else None
+
+    def fetchall(self) -> list[Any]:
+        return list(self._cursor.fetchall()) if self._cursor.description is not None else []
+
+    def __iter__(self) -> Any:
+        return iter(self.fetchall())
+
+
+class Connection:
+    """A psycopg connection that answers the store's calls of an sqlite3 connection.
+
+    Autocommit is on, so that the store's own ``BEGIN``/``COMMIT`` delimit
+    each transaction exactly as on SQLite.
+    """
+
+    engine: Final = "postgresql"
+
+    def __init__(self, url: str, *, busy_timeout_ms: int) -> None:
+        psycopg = _psycopg()
+        self.url = url
+        try:
+            self._conn = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as exc:
+            raise storage_error(exc, url) from exc
+        # SQLite's busy timeout, here: how long to wait for a row another
+        # transaction holds before the store reports the database busy.
+        self.execute(f"SET lock_timeout = {int(busy_timeout_ms)}")
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Cursor:
+        psycopg = _psycopg()
+        try:
+            return Cursor(self._conn.execute(translate(sql), params or None))
+        except psycopg.Error as exc:
+            raise storage_error(exc, self.url) from exc
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        psycopg = _psycopg()
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.executemany(translate(sql), list(rows))
+        except psycopg.Error as exc:
+            raise storage_error(exc, self.url) from exc
+
+    @property
+    def in_transaction(self) -> bool:
+        psycopg = _psycopg()
+        return self._conn.info.transaction_status in (psycopg.pq.TransactionStatus.INTRANS,
+                                                      psycopg.pq.TransactionStatus.INERROR)
+
+    def server_now(self) -> int:
+        """The database server's clock, whole seconds since the epoch (one clock for every host)."""
+        row = self.execute("SELECT floor(extract(epoch FROM clock_timestamp()))::bigint").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def prepare(conn: Connection) -> None:
+    """Create the queue's tables if they are not there (idempotent, one transaction)."""
+    script = resources.files("queue_core").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    conn.execute("BEGIN")
+    try:
+        conn._conn.execute(script)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,254 @@
+"""The protocol on PostgreSQL, against a real server (tests/postgres_server.py).
+
+The same Store API, the same fencing and the same effect + ACK in one
+transaction, with PostgreSQL's row locks instead of SQLite's one writer:
+a claim takes the rows it leases and skips the ones another transaction
+holds (FOR UPDATE SKIP LOCKED). Every test opens a fresh database.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from queue_core import (
+    BatchRejected,
+    Handler,
+    LeaseLost,
+    ModelClock,
+    Outcome,
+    Store,
+    StorageError,
+    ledger,
+    work,
+)
+
+from .postgres_server import PORT, SERVER_USER, Cluster
+
+
+@pytest.fixture
+def url(postgres_cluster: Cluster) -> Iterator[str]:
+    """A postgresql:// URL of a fresh database (the server listens on its Unix socket only)."""
+    name = postgres_cluster.create_database()
+    try:
+        yield f"postgresql://{SERVER_USER}@/{name}?host={postgres_cluster.root}&port={PORT}"
+    finally:
+        postgres_cluster.drop_database(name)
+
+
+@pytest.fixture
+def clock() -> ModelClock:
+    return ModelClock(1000)
+
+
+@pytest.fixture
+def store(url: str, clock: ModelClock) -> Iterator[Store]:
+    with Store(url, clock=clock) as opened:
+        ledger.install(opened)
+        yield opened
+
+
+def line(event_id: str, category: str = "book", amount_cents: int = 100) -> str:
+    return json.dumps({"event_id": event_id, "payload": {"category": category, "amount_cents": amount_cents}}) + "\n"
+
+
+def test_a_postgresql_url_selects_postgresql_and_the_schema_is_created_once(url: str, clock: ModelClock) -> None:
+    with Store(url, clock=clock) as first:
+        assert first.engine == "postgresql"
+        first.enqueue(line("E0001"))
+    with Store(url, clock=clock) as again:  # opening again changes nothing
+        assert [m.event_id for m in again.messages()] == ["E0001"]
+        assert "postgresql://" in repr(again)
+
+
+def test_enqueue_counts_duplicates_and_a_conflict_writes_nothing(store: Store) -> None:
+    assert store.enqueue(line("E0001") + line("E0002")).accepted == 2
+    result = store.enqueue(line("E0001") + line("E0003"))
+    assert (result.accepted, result.duplicates) == (1, 1)
+    with pytest.raises(BatchRejected) as rejected:
+        store.enqueue(line("E0004") + line("E0001", amount_cents=999))
+    assert rejected.value.code == "event_conflict" and rejected.value.line == 2
+    assert [m.event_id for m in store.messages()] == ["E0001", "E0002", "E0003"]  # E0004 not written
+
+
+def test_claim_complete_writes_the_effect_and_the_ack_together(store: Store) -> None:
+    store.enqueue(line("E0001", amount_cents=700))
+    lease = store.claim(lease_seconds=30)
+    assert lease is not None and (lease.generation, lease.attempt) == (1, 1)
+    assert store.complete(lease, Handler()).outcome is Outcome.DONE
+    assert store.message("E0001").state == "done"
+    assert ledger.effects(store) == [("E0001", "book", 700)]
+    assert store.claim() is None
+    totals = ledger.totals(store)  # Python ints, as on SQLite (PostgreSQL's sum would be a Decimal)
+    assert type(totals.total_cents) is int and type(totals.by_category["book"]) is int
+
+
+def test_old_generation_cannot_complete_and_its_effect_is_rolled_back(store: Store, clock: ModelClock) -> None:
+    store.enqueue(line("E0001", amount_cents=700))
+    slow = store.claim(lease_seconds=2)
+    clock.set(1002)
+    fresh = store.claim(lease_seconds=2)
+    assert slow is not None and fresh is not None and fresh.generation == slow.generation + 1
+    with pytest.raises(LeaseLost, match="generation 1 is stale"):
+        store.complete(slow, Handler())
+    with pytest.raises(LeaseLost):
+        store.fail(slow, "whatever")
+    assert ledger.effects(store) == []  # the slow worker's INSERT went with its transaction
+    assert store.complete(fresh, Handler()).outcome is Outcome.DONE
+    assert ledger.effects(store) == [("E0001", "book", 700)]
+
+
+def test_retry_backoff_dead_and_redrive(store: Store, clock: ModelClock) -> None:
+    store.enqueue(line("E0001"))
+    first = store.claim(lease_seconds=30)
+    assert first is not None
+    retry = store.fail(first, "downstream_unavailable")
+    assert (retry.outcome, retry.available_at) == (Outcome.RETRY, 1001)
+    assert store.claim() is None  # not before its backoff
+    clock.set(1001)
+    second = store.claim(lease_seconds=30)
+    assert second is not None and second.attempt == 2
+    assert store.fail(second, "downstream_unavailable").available_at == 1003
+    clock.set(1003)
+    third = store.claim(lease_seconds=30)
+    assert third is not None
+    assert store.fail(third, "downstream_unavailable").outcome is Outcome.DEAD
+    dead = store.dead_letters()
+    assert [(m.event_id, m.attempts, m.last_error) for m in dead] == [("E0001", 3, "downstream_unavailable")]
+    assert store.redrive(["E0001"]) == ["E0001"]
+    again = store.claim(lease_seconds=30)
+    assert again is not None and (again.attempt, again.generation) == (1, 4)
+    assert store.complete(again, Handler()).outcome is Outcome.DONE
+
+
+def test_a_handler_refusal_is_recorded_and_its_writes_undone(store: Store) -> None:
+    store.enqueue(line("E0001", category="toy"))
+    lease = store.claim(lease_seconds=30)
+    assert lease is not None
+    completion = store.complete(lease, Handler())
+    assert (completion.outcome, completion.error) == (Outcome.DEAD, "invalid_payload")
+    assert ledger.effects(store) == []
+
+
+def test_an_expired_lease_is_reclaimed_lazily_and_the_budget_ends_in_dead(store: Store, clock: ModelClock) -> None:
+    store.enqueue(line("E0001"))
+    for attempt in (1, 2, 3):
+        lease = store.claim(lease_seconds=2)
+        assert lease is not None and lease.attempt == attempt
+        clock.advance(2)  # the worker never completes
+        assert store.message("E0001").state == "leased"  # expiry writes nothing
+    assert store.claim() is None
+    message = store.message("E0001")
+    assert (message.state, message.last_error) == ("dead", "lease_expired")
+
+
+def test_a_claim_skips_a_row_another_transaction_holds(url: str, clock: ModelClock) -> None:
+    # SQLite would make B wait for A's write lock; PostgreSQL lets B take the
+    # next message at once, because A's claim locks only the row it took.
+    with Store(url, clock=clock) as a, Store(url, clock=clock) as b:
+        a.enqueue(line("E0001") + line("E0002"))
+        with a.transaction() as tx:
+            held = a.claim_tx(tx, 30)
+            assert held is not None and held.event_id == "E0001"
+            started = time.monotonic()
+            other = b.claim(30)
+            assert time.monotonic() - started < 5  # not blocked behind A's open transaction
+            assert other is not None and other.event_id == "E0002"
+        assert b.claim(30) is None  # A committed E0001's lease
+
+
+def test_concurrent_threads_take_different_messages_and_pay_each_once(url: str, clock: ModelClock) -> None:
+    with Store(url, clock=clock) as setup:
+        ledger.install(setup)
+        setup.enqueue("".join(line(f"E{n:04d}", amount_cents=n) for n in range(1, 201)))
+    summaries: list[object] = []
+
+    def worker() -> None:
+        with Store(url, clock=clock) as mine:
+            summaries.append(work(mine, Handler(), lease_seconds=600))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    with Store(url, clock=clock) as check:
+        report = ledger.report(check).to_dict()
+    assert report["messages"] == {"ready": 0, "leased": 0, "done": 200, "dead": 0}
+    assert report["effects"]["count"] == 200 and report["effects"]["total_cents"] == sum(range(1, 201))
+
+
+def test_worker_processes_on_one_database_pay_each_event_once(url: str) -> None:
+    with Store(url, clock=ModelClock(1000)) as setup:
+        ledger.install(setup)
+        setup.enqueue("".join(line(f"E{n:04d}", amount_cents=n) for n in range(1, 301)))
+    program = ("import json, sys\n"
+               "from queue_core import Handler, ModelClock, Store, work\n"
+               "with Store(sys.argv[1], clock=ModelClock(1000)) as s:\n"
+               "    print(json.dumps(work(s, Handler(), lease_seconds=600).to_dict()))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", program, url], stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    done = [json.loads(proc.communicate(timeout=180)[0])["done"] for proc in procs]
+    assert sum(done) == 300
+    with Store(url, clock=ModelClock(1000)) as check:
+        report = ledger.report(check).to_dict()
+    assert report["effects"]["count"] == 300 and report["effects"]["total_cents"] == sum(range(1, 301))
+
+
+def test_the_batched_path_works_there_too(store: Store) -> None:
+    store.enqueue("".join(line(f"E{n:04d}", amount_cents=n) for n in range(1, 41)))
+    summary = work(store, Handler(), lease_seconds=600, batch=16)
+    assert summary.done == 40
+    assert ledger.totals(store).total_cents == sum(range(1, 41))
+
+
+def test_with_the_system_clock_time_is_the_servers(url: str) -> None:
+    with Store(url) as store:  # no model clock: the database server's clock
+        before = int(time.time())
+        with store.transaction() as tx:
+            now = tx.now()
+        assert before - 5 <= now <= int(time.time()) + 5
+        store.enqueue(line("E0001"))
+        assert abs(store.message("E0001").available_at - now) <= 5
+
+
+def test_an_unreachable_server_is_a_storage_error_with_a_code(postgres_cluster: Cluster) -> None:
+    missing = f"postgresql://{SERVER_USER}@/no_such_database?host={postgres_cluster.root}&port={PORT}"
+    with pytest.raises(StorageError) as failed:
+        Store(missing, clock=ModelClock(1000))
+    assert failed.value.code == "connection_lost"
+    assert "no_such_database" in str(failed.value)
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "queue_core", *args], input=stdin, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_command_line_runs_the_readme_session_on_postgresql(url: str) -> None:
+    batch = (line("E0001", amount_cents=10000) + line("E0001", amount_cents=10000) + line("E0002", "pen", 2000)
+             + line("E0003", amount_cents=5000) + line("E0004", "toy", 3000))
+    enqueued = run_cli("--db", url, "--now", "1000", "enqueue", "-", stdin=batch)
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert json.loads(enqueued.stdout) == {"accepted": 4, "duplicates": 1}
+    worked = run_cli("--db", url, "--now", "1000", "work", "--lease-seconds", "2")
+    assert json.loads(worked.stdout) == {"claimed": 4, "done": 3, "retried": 0, "dead": 1, "lease_lost": 0}
+    dead = run_cli("--db", url, "dead", "--json")
+    assert [(d["event_id"], d["last_error"]) for d in json.loads(dead.stdout)] == [("E0004", "invalid_payload")]
+    assert run_cli("--db", url, "--now", "1000", "redrive", "E0004").returncode == 0
+    toy = run_cli("--db", url, "--now", "1000", "work", "--category", "toy")
+    assert json.loads(toy.stdout)["done"] == 1
+    status = run_cli("--db", url, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    shown = json.loads(status.stdout)
+    assert shown["messages"] == {"ready": 0, "leased": 0, "done": 4, "dead": 0}
+    # A refused batch is refused the same way, with its line and code, and nothing written.
+    bad = run_cli("--db", url, "--now", "1000", "enqueue", "-", stdin=line("E0005") + '{"event_id": "E0006"}\n')
+    assert bad.returncode == 2 and "line 2: missing_key" in bad.stderr and "Traceback" not in bad.stderr
+    assert json.loads(run_cli("--db", url, "status", "--json").stdout)["messages"]["done"] == 4
