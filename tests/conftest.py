@@ -1,9 +1,10 @@
-"""Shared fixtures: a real SQLite file per test and a model clock."""
+"""Shared fixtures: a real SQLite file (or, in the modules of BOTH_ENGINES, also a real PostgreSQL database) per test, and a model clock."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,18 +24,52 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "queue.sqlite3"
 
 
+# Modules whose store-only tests run on both engines (a test that also takes
+# ``db``, the SQLite file, is about that file and runs on SQLite alone).
+BOTH_ENGINES = {"test_protocol", "test_batch", "test_handler_hook", "test_envelope"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if module in BOTH_ENGINES and "engine" in metafunc.fixturenames and "db" not in metafunc.fixturenames:
+        metafunc.parametrize("engine", ["sqlite", "postgresql"], indirect=True)
+
+
 @pytest.fixture
-def store(db: Path, clock: ModelClock) -> Iterator[Store]:
+def engine(request: pytest.FixtureRequest) -> str:
+    """The store's engine: "sqlite", or "postgresql" where a module runs on both."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, engine: str, tmp_path: Path, clock: ModelClock) -> Iterator[Store]:
     """A queue with the reference application (the ledger's ``effects`` table) installed, as the CLI does.
 
     ``Store(...)`` alone creates only the queue's schema; tests of that use
     ``Store(db, clock=clock)`` directly. The store keeps its connections
     until it is closed, which this fixture does after the test (a test that
     inspects the files themselves closes it first: ``close()`` may be called twice).
+    With ``engine == "postgresql"`` it is a fresh database of the session's
+    throwaway PostgreSQL server instead of a file.
     """
-    with Store(db, clock=clock) as queue:
+    target: str | Path = request.getfixturevalue("db") if "db" in request.fixturenames else tmp_path / "queue.sqlite3"
+    if engine == "postgresql":
+        target = request.getfixturevalue("postgres_url")
+    with Store(target, clock=clock) as queue:
         ledger.install(queue)
         yield queue
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: Any) -> Iterator[str]:
+    """A postgresql:// URL of a fresh database (the server listens on its Unix socket only)."""
+    from .postgres_server import PORT, SERVER_USER
+
+    name = postgres_cluster.create_database()
+    try:
+        yield f"postgresql://{SERVER_USER}@/{name}?host={postgres_cluster.root}&port={PORT}"
+    finally:
+        postgres_cluster.drop_database(name)
 
 
 @pytest.fixture
