@@ -315,8 +315,7 @@ class Store:
         try:
             yield conn
         except StorageError as exc:
-            if exc.code not in _CONNECTION_STAYS_USABLE:
-                self._discard(conn)  # after an I/O error or a full disk, start afresh
+            self._discard_unless_usable(conn, exc)
             raise
         finally:
             self._local.in_use = False
@@ -353,6 +352,10 @@ class Store:
         if self.url is not None:
             return contextlib.nullcontext()  # PostgreSQL locks rows, not the database: no turns
         return turn.writer_turn(self.path, wait_seconds=self.busy_retry_seconds)
+
+    def _discard_unless_usable(self, conn: sqlite3.Connection, exc: StorageError) -> None:
+        if exc.code not in _CONNECTION_STAYS_USABLE:
+            self._discard(conn)  # after an I/O error or a full disk, start afresh
 
     def _discard(self, conn: sqlite3.Connection) -> None:
         with self._registry:
@@ -480,8 +483,7 @@ class Store:
                     self._at(f"{operation}.after_commit")
                 return result
         except StorageError as exc:
-            if exc.code not in _CONNECTION_STAYS_USABLE:
-                self._discard(conn)  # after an I/O error or a full disk, start afresh
+            self._discard_unless_usable(conn, exc)
             raise
         finally:
             self._local.in_use = False

@@ -33,13 +33,9 @@ from .postgres_server import PORT, SERVER_USER, Cluster
 
 
 @pytest.fixture
-def url(postgres_cluster: Cluster) -> Iterator[str]:
-    """A postgresql:// URL of a fresh database (the server listens on its Unix socket only)."""
-    name = postgres_cluster.create_database()
-    try:
-        yield f"postgresql://{SERVER_USER}@/{name}?host={postgres_cluster.root}&port={PORT}"
-    finally:
-        postgres_cluster.drop_database(name)
+def url(postgres_url: str) -> str:
+    """A postgresql:// URL of a fresh database (conftest.py; the server listens on its Unix socket only)."""
+    return postgres_url
 
 
 @pytest.fixture
