@@ -61,7 +61,7 @@ def storage_error(exc: Exception, url: str) -> StorageError:
     """Translate a psycopg error into a StorageError with one of the store's stable codes."""
     psycopg = _psycopg()
     errors = psycopg.errors
-    where = _safe(url)
+    where = safe_url(url)
     if isinstance(exc, (errors.SerializationFailure, errors.DeadlockDetected, errors.LockNotAvailable,
                         errors.QueryCanceled)):
         return StorageError(f"{where}: the database is busy ({exc})", code="database_busy")
@@ -77,7 +77,7 @@ def storage_error(exc: Exception, url: str) -> StorageError:
     return StorageError(f"{where}: {exc}", code="storage_error")
 
 
-def _safe(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL without a password, for messages."""
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 

@@ -241,7 +241,7 @@ class Store:
         self.url: str | None = str(path) if engine_postgres.is_url(path) else None
         self.engine = "postgresql" if self.url else "sqlite"
         self.path = Path(path) if self.url is None else Path(".")
-        self._where = engine_postgres._safe(self.url) if self.url else str(self.path)
+        self._where = engine_postgres.safe_url(self.url) if self.url else str(self.path)
         self._server_clock = self.url is not None and clock is None
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.max_attempts = max_attempts
@@ -459,7 +459,7 @@ class Store:
         return self._retry_busy(lambda: self._write_once(operation, body))
 
     def _write_once(self, operation: str | None, body: Callable[[Tx], T]) -> T:
-        """One write transaction: ``BEGIN IMMEDIATE``, ``body(tx)``, ``COMMIT``; any exception rolls back.
+        """One write transaction: ``_begin``, ``body(tx)``, ``COMMIT``; any exception rolls back.
 
         The store's own operations come here; ``transaction()`` does the same
         for a caller's with-block. Written out rather than built from context
