@@ -44,7 +44,7 @@ BENCH_VENV := .venv-bench
 $(BENCH_VENV)/.installed: requirements-bench.txt pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
-	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e .
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e ".[postgres]"
 	@touch $@
 
 bench: $(BENCH_VENV)/.installed

@@ -25,6 +25,11 @@ Measured, all on WAL with ``synchronous=FULL`` (the peers are set to FULL too):
 * ``batch_K``: ``work(batch=K)``, K messages claimed in one transaction and
   completed in one; with its latency per message (claim to ACK).
 * ``workers_N``: N real worker processes on one file; shares per worker.
+* ``postgresql raw``: the server's own commit loop, its commit limit.
+* ``postgresql workers_N``: the same N processes on one PostgreSQL database
+  (the test suite's throwaway server, ``fsync`` and ``synchronous_commit``
+  on, a Unix socket); left out with ``--no-postgres`` or when no server can
+  be started here (the result says why).
 * peers: persist-queue ``SQLiteAckQueue`` get+ack, litequeue pop+done, huey's
   ``SqliteStorage`` dequeue (deletes on dequeue: at-most-once) and dequeue +
   ``put_data`` (a stored result). They are installed only for the benchmark.
@@ -57,7 +62,7 @@ from queue_core.envelope import MAX_LINES, parse_batch
 NOW = 1000
 AMOUNT = 7  # cents per message: the money check is messages * AMOUNT
 BATCH_SIZES = (16, 64, 256)
-WORKER_COUNTS = (1, 2, 4)
+WORKER_COUNTS = (1, 2, 4, 8)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,22 +76,28 @@ def batch_text(first: int, last: int, amount: int = AMOUNT) -> str:
 
 
 def fresh_queue(folder: Path, name: str, messages: int) -> Path:
+    """A new queue file in ``folder`` with ``messages`` ready messages."""
     path = folder / f"{name}.sqlite3"
-    with Store(path, clock=ModelClock(NOW)) as store:
-        ledger.install(store)
-        for first in range(0, messages, MAX_LINES):
-            store.enqueue(batch_text(first, min(first + MAX_LINES, messages)))
+    fill_queue(path, messages)
     return path
 
 
-def verify_queue(path: Path, messages: int) -> None:
+def fill_queue(target: Path | str, messages: int) -> None:
+    """Install the ledger into a new file or an empty PostgreSQL database, and enqueue ``messages``."""
+    with Store(target, clock=ModelClock(NOW)) as store:
+        ledger.install(store)
+        for first in range(0, messages, MAX_LINES):
+            store.enqueue(batch_text(first, min(first + MAX_LINES, messages)))
+
+
+def verify_queue(path: Path | str, messages: int) -> None:
     with Store(path, clock=ModelClock(NOW), create=False) as store:
         report = ledger.report(store)
     expected = {"messages": {"ready": 0, "leased": 0, "done": messages, "dead": 0},
                 "effects": {"count": messages, "total_cents": messages * AMOUNT,
                             "by_category": {"book": messages * AMOUNT}}}
     if report.to_dict() != expected:
-        raise SystemExit(f"{path.name}: wrong result {report.to_dict()}, expected {expected}")
+        raise SystemExit(f"{path}: wrong result {report.to_dict()}, expected {expected}")
 
 
 @contextmanager
@@ -241,8 +252,15 @@ with Store(sys.argv[1], clock=ModelClock(int(sys.argv[2])), create=False) as sto
 """
 
 
-def measure_processes(folder: Path, messages: int, workers: int) -> tuple[float, list[int]]:
-    path = fresh_queue(folder, f"workers-{workers}", messages)
+def measure_processes(folder: Path, messages: int, workers: int,
+                      postgres: PostgresDatabases | None = None) -> tuple[float, list[int]]:
+    """N worker processes draining one queue: a new file, or (``postgres``) a new PostgreSQL database."""
+    path: Path | str
+    if postgres is None:
+        path = fresh_queue(folder, f"workers-{workers}", messages)
+    else:
+        path = postgres.new_database()
+        fill_queue(path, messages)
     command = [sys.executable, "-c", WORKER_PROGRAM, str(path), str(NOW)]
     processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                  for _ in range(workers)]
@@ -265,6 +283,61 @@ def measure_processes(folder: Path, messages: int, workers: int) -> tuple[float,
     shares = [json.loads(output)["done"] for output in outputs]
     verify_queue(path, messages)
     return messages / seconds[0], shares
+
+
+class PostgresDatabases:
+    """The test suite's throwaway server (tests/postgres_server.py), one new database per measurement.
+
+    The server keeps ``fsync = on`` and ``synchronous_commit = on`` (its
+    defaults): a commit is on disk before it returns, as with SQLite's FULL.
+    It listens on a Unix socket only, so the figures have no TCP in them.
+    """
+
+    def __init__(self) -> None:
+        sys.path.insert(0, str(ROOT))
+        from tests import postgres_server
+
+        self._server = postgres_server
+        self.cluster = postgres_server.Cluster(postgres_server.find_bindir())  # type: ignore[arg-type]
+        self.cluster.start()
+        self.version = ""
+        import psycopg  # type: ignore[import-not-found]
+
+        with psycopg.connect(self.cluster.conninfo(), autocommit=True) as conn:
+            self.version = conn.execute("SHOW server_version").fetchone()[0]
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why no PostgreSQL column can be measured here, or None."""
+        sys.path.insert(0, str(ROOT))
+        from tests import postgres_server
+
+        return postgres_server.unavailable()
+
+    def raw_commits(self, commits: int) -> float:
+        """Commits per second of ``BEGIN; UPDATE one row; COMMIT`` on this server: its commit limit."""
+        import psycopg
+
+        name = self.cluster.create_database()
+        with psycopg.connect(self.cluster.conninfo(name), autocommit=True) as conn:
+            conn.execute("CREATE TABLE counter (id integer PRIMARY KEY, n integer NOT NULL)")
+            conn.execute("INSERT INTO counter VALUES (1, 0)")
+            with timed() as seconds:
+                for _ in range(commits):
+                    conn.execute("BEGIN")
+                    conn.execute("UPDATE counter SET n = n + 1 WHERE id = 1")
+                    conn.execute("COMMIT")
+            if conn.execute("SELECT n FROM counter").fetchone()[0] != commits:
+                raise SystemExit("postgresql raw: a commit was lost")
+        return commits / seconds[0]
+
+    def new_database(self) -> str:
+        name = self.cluster.create_database()
+        return (f"postgresql://{self._server.SERVER_USER}@/{name}"
+                f"?host={self.cluster.root}&port={self._server.PORT}")
+
+    def stop(self) -> None:
+        self.cluster.stop()
 
 
 # ------------------------------------------------------------------- peers
@@ -444,7 +517,7 @@ def measure_memory(folder: Path, rounds: int, per_round: int) -> list[int]:
 
 def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: tuple[int, int] = (10_000, 1_000_000),
         memory: tuple[int, int] = (10, 10_000), worker_counts: tuple[int, ...] = WORKER_COUNTS,
-        batch_sizes: tuple[int, ...] = BATCH_SIZES) -> dict[str, Any]:
+        batch_sizes: tuple[int, ...] = BATCH_SIZES, postgres: bool = True) -> dict[str, Any]:
     """Every measurement, ``rounds`` times in rotating order; medians and the targets' ratios."""
     samples: dict[str, list[float]] = {}
     latencies: dict[str, list[float]] = {}
@@ -475,6 +548,17 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
             rate(f"workers_{count}", value)
             shares.setdefault(f"workers_{count}", []).append(split)
         jobs.append((f"workers_{count}", procs))
+    postgres_server: PostgresDatabases | None = None
+    postgres_skipped = PostgresDatabases.unavailable() if postgres else "not asked for"
+    if postgres_skipped is None:
+        postgres_server = PostgresDatabases()
+        jobs.append(("postgresql raw", lambda f: rate("postgresql raw", postgres_server.raw_commits(messages))))
+        for count in worker_counts:
+            def pg_procs(f: Path, count: int = count) -> None:
+                value, split = measure_processes(f, messages, count, postgres_server)
+                rate(f"postgresql workers_{count}", value)
+                shares.setdefault(f"postgresql workers_{count}", []).append(split)
+            jobs.append((f"postgresql workers_{count}", pg_procs))
     with_peers = peers and peers_available()
     if with_peers:
         for peer, measure in PEERS.items():
@@ -482,12 +566,16 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="queue-core-bench-") as tmp:
-        for round_number in range(rounds):
-            rotation = round_number % len(jobs)
-            for index, (name, job) in enumerate(jobs[rotation:] + jobs[:rotation]):
-                folder = Path(tmp) / f"r{round_number}-{index}"
-                folder.mkdir()
-                job(folder)
+        try:
+            for round_number in range(rounds):
+                rotation = round_number % len(jobs)
+                for index, (name, job) in enumerate(jobs[rotation:] + jobs[:rotation]):
+                    folder = Path(tmp) / f"r{round_number}-{index}"
+                    folder.mkdir()
+                    job(folder)
+        finally:
+            if postgres_server is not None:
+                postgres_server.stop()
         claim_seconds = {str(rows): measure_claim_history(Path(tmp), rows) for rows in history}
         enqueue_seconds, parse_seconds = measure_enqueue(Path(tmp))
         memory_kib = measure_memory(Path(tmp), *memory) if memory[0] else []
@@ -504,8 +592,14 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         **{f"simple / {peer}": (median["simple"] / median[peer], ">= 1.2") for peer in PEERS if with_peers},
         **{f"{best} / {peer}": (median[best] / median[peer], ">= 1.2") for peer in PEERS if with_peers},
         f"claim over {high} / over {low} done rows": (claim_seconds[high] / claim_seconds[low], "<= 1.3"),
-        **{f"workers_{n} / workers_1": (median[f"workers_{n}"] / median["workers_1"], ">= 0.9")
+        **{f"workers_{n} / workers_1": (median[f"workers_{n}"] / median["workers_1"], ">= 0.9" if n <= 4 else "(reference)")
            for n in worker_counts if n > 1 and "workers_1" in median},
+        **({"postgresql workers_1 / its two-commit ceiling":
+            (median["postgresql workers_1"] / (median["postgresql raw"] / 2), "(reference)")}
+           if "postgresql raw" in median else {}),
+        **{f"postgresql workers_{n} / postgresql workers_1":
+           (median[f"postgresql workers_{n}"] / median["postgresql workers_1"], "(reference)")
+           for n in worker_counts if n > 1 and "postgresql workers_1" in median},
         "enqueue of 1,000 lines (ms)": (enqueue_seconds * 1000, "<= 15"),
     }
     if memory_kib:
@@ -528,6 +622,9 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         "targets": {name: {"value": round(value, 3), "target": target, "met": _met(value, target)}
                     for name, (value, target) in targets.items()},
         "peers": with_peers,
+        "postgresql": ({"server": postgres_server.version, "fsync": "on", "synchronous_commit": "on",
+                        "connection": "Unix socket"} if postgres_server is not None
+                       else {"skipped": postgres_skipped}),
     }
 
 
@@ -554,12 +651,17 @@ def _machine() -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     rates = result["messages_per_second"]
     raw = rates["raw"]
-    lines = ["| measurement | messages/s | ratio to raw commits | latency per message |",
+    lines = ["| measurement | messages/s | ratio to its engine's raw commits | latency per message |",
              "| --- | ---: | ---: | ---: |"]
     for name, value in rates.items():
         latency = result["latency_ms"].get(name)
         shown = f"{latency:.2f} ms" if latency is not None else ""
-        lines.append(f"| {name} | {value:,.0f} | {value / raw:.2f} | {shown} |")
+        own_raw = rates.get("postgresql raw", raw) if name.startswith("postgresql") else raw  # each engine's own limit
+        lines.append(f"| {name} | {value:,.0f} | {value / own_raw:.2f} | {shown} |")
+    server = result.get("postgresql", {})
+    if "server" in server:
+        lines += ["", f"PostgreSQL {server['server']} on the same machine (fsync and synchronous_commit on, "
+                      f"{server['connection']}); the other rows are SQLite {result['machine']['sqlite']}."]
     lines += ["", "| target | measured | wanted | met |", "| --- | ---: | --- | --- |"]
     for name, entry in result["targets"].items():
         met = {True: "yes", False: "no", None: ""}[entry["met"]]
@@ -575,7 +677,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     rates = result["messages_per_second"]
     names = [n for n in rates if n != "raw"]
     values = [rates[n] for n in names]
-    colors = ["#9e9e9e" if n.startswith(("persist", "lite", "huey")) else "#90a4ae" if n.startswith(("raw", "bare"))
+    colors = ["#9e9e9e" if n.startswith(("persist", "lite", "huey")) else "#00897b" if n.startswith("postgresql") else "#90a4ae" if n.startswith(("raw", "bare"))
               else "#3f51b5" for n in names]
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     ax.barh(names[::-1], values[::-1], color=colors[::-1])
@@ -597,15 +699,17 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5000, help="messages per measurement (max 10000)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a smoke run: few messages, one round, no peers")
+    parser.add_argument("--no-postgres", dest="postgres", action="store_false",
+                        help="leave out the PostgreSQL column (it needs the server binaries and psycopg)")
     parser.add_argument("--out", type=Path, help="write results.json, results.md and chart.png here")
     args = parser.parse_args()
     if not 1 <= args.messages <= 10_000:
         parser.error("--messages must be 1..10000 (event ids are E0000..E9999)")
     if args.quick:
         result = run(messages=300, rounds=1, peers=False, history=(1_000, 10_000), memory=(2, 300),
-                     worker_counts=(1, 2), batch_sizes=(16,))
+                     worker_counts=(1, 2), batch_sizes=(16,), postgres=args.postgres)
     else:
-        result = run(messages=args.messages, rounds=args.rounds)
+        result = run(messages=args.messages, rounds=args.rounds, postgres=args.postgres)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

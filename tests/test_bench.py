@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ def load_bench():  # type: ignore[no-untyped-def]
 def test_bench_reports_every_measurement_and_every_target() -> None:
     bench = load_bench()
     report = bench.run(messages=1010, rounds=1, peers=False, history=(500, 5_000), memory=(2, 200),
-                       worker_counts=(1, 2), batch_sizes=(16,))  # 1,010 messages: more than one enqueue batch
+                       worker_counts=(1, 2), batch_sizes=(16,),
+                       postgres=False)  # 1,010 messages: more than one enqueue batch
     names = {"raw", "raw WAL, NORMAL", "raw rollback journal, FULL", "per_transaction", "bare SQL, simple path",
              "simple", "batch_16", "workers_1", "workers_2"}
     assert set(report["messages_per_second"]) == names
@@ -60,6 +62,13 @@ def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
     result = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert result["parameters"]["messages"] == 300
     assert (out / "results.md").read_text(encoding="utf-8").startswith("| measurement |")
+    rates = result["messages_per_second"]
+    if os.environ.get("QUEUE_CORE_REQUIRE_POSTGRES") == "1":  # CI: the PostgreSQL column must be measured
+        assert result["postgresql"]["synchronous_commit"] == "on", result["postgresql"]
+        assert rates["postgresql raw"] > 0 and rates["postgresql workers_1"] > 0 and rates["postgresql workers_2"] > 0
+        assert sum(result["shares"]["postgresql workers_2"][0]) == 300  # every message once, across both workers
+    elif "skipped" in result["postgresql"]:
+        assert not any(name.startswith("postgresql") for name in rates)
 
 
 def test_the_per_transaction_store_really_closes_its_connection_after_each_transaction(tmp_path: Path) -> None:
