@@ -149,6 +149,12 @@ class Connection:
         self._conn.close()
 
 
+def has_schema(conn: Connection) -> bool:
+    """Whether this database holds a queue (its version row), without writing anything."""
+    row = conn.execute("SELECT to_regclass('queue_core_schema') IS NOT NULL").fetchone()
+    return bool(row[0])
+
+
 def prepare(conn: Connection) -> None:
     """Create the queue's tables if they are not there (idempotent, one transaction)."""
     script = resources.files("queue_core").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")

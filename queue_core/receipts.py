@@ -17,10 +17,16 @@ it is written in the **same transaction** as that effect.
 * A failure anywhere in the caller's transaction rolls back receipt and effect
   together: there is never a receipt without its effect, or the reverse.
 
-Every function takes the caller's open transaction: a store ``Tx``, or a plain
-``sqlite3.Connection`` inside ``BEGIN``. In a queue database the table is part
-of the versioned schema (``receipts.sql``); another database creates it once
-with ``create_table``. All SQL about receipts lives in this module.
+Every function takes the caller's open transaction: a store ``Tx`` (on
+SQLite or PostgreSQL), or a plain ``sqlite3.Connection`` inside ``BEGIN``. In
+a queue database the table is part of the versioned schema (``receipts.sql``,
+and ``schema_postgres.sql`` on PostgreSQL); another SQLite database creates it
+once with ``create_table``. All SQL about receipts lives in this module.
+
+On PostgreSQL two transactions can run ``record`` for the same key at once
+(there is no database write lock), so ``record`` first takes a transaction
+lock on the key: the second waits for the first to end, then finds its
+receipt, exactly as SQLite's single writer would have it.
 
 ``ReceiptHandler`` plugs receipts into the queue's completion hook: it wraps a
 handler, so that ``Store.complete`` writes effect, receipt and ACK in one
@@ -38,13 +44,19 @@ from typing import Any, Final, Union
 from . import database
 from .envelope import MAX_PAYLOAD_BYTES, canonical_json
 from .errors import InvalidReceipt, OperationConflict, PermanentFailure, ReceiptError
+from .engine_postgres import Connection as PostgresConnection
 from .store import Handler, Message, Store, Tx
 
 MAX_KEY_CHARS = 200  # tenant and operation: 1..200 characters each
 
 SCHEMA_FILE: Final = "receipts.sql"  # the table; part of a queue database's schema
-# Tells whether the receipts table exists (readers must not create it).
+# Tells whether the receipts table exists (readers must not create it), per engine.
 SQL_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'receipts'"
+SQL_EXISTS_POSTGRES = ("SELECT 1 FROM information_schema.tables "
+                       "WHERE table_schema = current_schema() AND table_name = 'receipts'")
+# PostgreSQL only: one key's writers take turns until their transactions end
+# (two-int advisory keys: a space apart from the store's one-bigint locks).
+SQL_LOCK_KEY_POSTGRES = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
 # Reads the receipt of one operation of one tenant.
 SQL_LOOKUP = "SELECT tenant, operation, payload, effect FROM receipts WHERE tenant = ? AND operation = ?"
 # Writes a new receipt; the primary key refuses a second one for the same key.
@@ -53,6 +65,7 @@ SQL_INSERT = "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (
 SQL_ALL = "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"
 
 Transaction = Union[Tx, sqlite3.Connection]
+_Connection = Union[sqlite3.Connection, PostgresConnection]
 ReceiptKey = Callable[[Mapping[str, Any]], "tuple[Any, Any]"]
 EffectCheck = Callable[[Tx, str], bool]
 RECEIPT_WITHOUT_EFFECT: Final = "receipt_without_effect"  # a receipt whose effect is gone
@@ -83,8 +96,11 @@ class Recorded:
 # ---------------------------------------------------------------- writing
 
 def create_table(tx: Transaction) -> None:
-    """Create the receipts table in a database that is not a queue's (a queue's has it)."""
+    """Create the receipts table in an SQLite database that is not a queue's (a queue's has it)."""
     conn = _open_transaction(tx)
+    if isinstance(conn, PostgresConnection):
+        raise ValueError("create_table is for an SQLite database; on PostgreSQL, Store(url) creates the "
+                         "receipts table with the queue's schema")
     for statement in database.sql_statements(SCHEMA_FILE):
         conn.execute(statement)
 
@@ -107,6 +123,8 @@ def record(
     conn = _open_transaction(tx)
     _check_key(tenant, operation)
     canonical = _canonical(payload)
+    if isinstance(conn, PostgresConnection):
+        conn.execute(SQL_LOCK_KEY_POSTGRES, (tenant, operation))
     prior = _lookup(conn, tenant, operation)
     if prior is not None:
         if prior.payload != canonical:
@@ -127,7 +145,7 @@ def record(
 def lookup(conn: Transaction, tenant: str, operation: str) -> Receipt | None:
     """The receipt of ``(tenant, operation)``, or None (also if no table exists yet)."""
     connection = _connection(conn)
-    if connection.execute(SQL_EXISTS).fetchone() is None:
+    if not _table_exists(connection):
         return None
     return _lookup(connection, tenant, operation)
 
@@ -135,7 +153,7 @@ def lookup(conn: Transaction, tenant: str, operation: str) -> Receipt | None:
 def all_receipts(conn: Transaction) -> list[Receipt]:
     """Every stored receipt, by tenant and operation (empty if no table exists yet)."""
     connection = _connection(conn)
-    if connection.execute(SQL_EXISTS).fetchone() is None:
+    if not _table_exists(connection):
         return []
     return [Receipt(*row) for row in connection.execute(SQL_ALL)]
 
@@ -195,19 +213,24 @@ class ReceiptHandler:
 
 # -------------------------------------------------------------- helpers
 
-def _lookup(conn: sqlite3.Connection, tenant: str, operation: str) -> Receipt | None:
+def _lookup(conn: _Connection, tenant: str, operation: str) -> Receipt | None:
     row = conn.execute(SQL_LOOKUP, (tenant, operation)).fetchone()
     return None if row is None else Receipt(*row)
 
 
-def _connection(tx: Transaction) -> sqlite3.Connection:
+def _table_exists(conn: _Connection) -> bool:
+    sql = SQL_EXISTS_POSTGRES if isinstance(conn, PostgresConnection) else SQL_EXISTS
+    return conn.execute(sql).fetchone() is not None
+
+
+def _connection(tx: Transaction) -> _Connection:
     conn = getattr(tx, "conn", tx)
-    if not isinstance(conn, sqlite3.Connection):
+    if not isinstance(conn, (sqlite3.Connection, PostgresConnection)):
         raise TypeError(f"expected a store transaction (Tx) or an sqlite3.Connection, got {type(tx).__name__}")
     return conn
 
 
-def _open_transaction(tx: Transaction) -> sqlite3.Connection:
+def _open_transaction(tx: Transaction) -> _Connection:
     conn = _connection(tx)
     if not conn.in_transaction:
         # Outside a transaction each statement would commit alone, and a

@@ -50,6 +50,7 @@ from .errors import (
     PermanentFailure,
     StorageError,
     UnknownEvent,
+    WrongPath,
 )
 
 DEFAULT_LEASE_SECONDS: Final = 30
@@ -227,6 +228,9 @@ class Store:
     ) -> None:
         """Open (and with ``create``, initialise) the queue database at ``path``.
 
+        ``path`` is an SQLite file, or a ``postgresql://`` URL of a database
+        (``pip install queue_core[postgres]``). Without ``create``, a file or
+        database with no queue in it is refused (``no_database``).
         A path that is not a queue database is refused without being modified;
         a file of an older schema version is migrated forward in one transaction.
         """
@@ -258,6 +262,9 @@ class Store:
         self._closed = False
         if self.url is not None:
             conn = self._thread_connection()
+            if not create and not engine_postgres.has_schema(conn):  # type: ignore[arg-type]
+                self.close()
+                raise WrongPath(f"no queue database at {self._where}", code="no_database")
             engine_postgres.prepare(conn)  # type: ignore[arg-type]
             return
         version = database.inspect(self.path, create=create, busy_timeout_ms=busy_timeout_ms)

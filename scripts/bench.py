@@ -548,17 +548,23 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
             rate(f"workers_{count}", value)
             shares.setdefault(f"workers_{count}", []).append(split)
         jobs.append((f"workers_{count}", procs))
+    # The PostgreSQL column runs in a phase of its own after the SQLite rounds:
+    # an idle server still writes (checkpoints), and those writes would share
+    # the disk with SQLite's fsyncs.
     postgres_server: PostgresDatabases | None = None
+    postgres_jobs: list[tuple[str, Callable[[Path], None]]] = []
     postgres_skipped = PostgresDatabases.unavailable() if postgres else "not asked for"
     if postgres_skipped is None:
-        postgres_server = PostgresDatabases()
-        jobs.append(("postgresql raw", lambda f: rate("postgresql raw", postgres_server.raw_commits(messages))))
+        def pg_raw(f: Path) -> None:
+            assert postgres_server is not None
+            rate("postgresql raw", postgres_server.raw_commits(messages))
+        postgres_jobs.append(("postgresql raw", pg_raw))
         for count in worker_counts:
             def pg_procs(f: Path, count: int = count) -> None:
                 value, split = measure_processes(f, messages, count, postgres_server)
                 rate(f"postgresql workers_{count}", value)
                 shares.setdefault(f"postgresql workers_{count}", []).append(split)
-            jobs.append((f"postgresql workers_{count}", pg_procs))
+            postgres_jobs.append((f"postgresql workers_{count}", pg_procs))
     with_peers = peers and peers_available()
     if with_peers:
         for peer, measure in PEERS.items():
@@ -566,15 +572,20 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="queue-core-bench-") as tmp:
-        try:
+        def rounds_of(phase: str, phase_jobs: list[tuple[str, Callable[[Path], None]]]) -> None:
             for round_number in range(rounds):
-                rotation = round_number % len(jobs)
-                for index, (name, job) in enumerate(jobs[rotation:] + jobs[:rotation]):
-                    folder = Path(tmp) / f"r{round_number}-{index}"
+                rotation = round_number % len(phase_jobs)
+                for index, (name, job) in enumerate(phase_jobs[rotation:] + phase_jobs[:rotation]):
+                    folder = Path(tmp) / f"{phase}{round_number}-{index}"
                     folder.mkdir()
                     job(folder)
-        finally:
-            if postgres_server is not None:
+
+        rounds_of("r", jobs)
+        if postgres_jobs:
+            postgres_server = PostgresDatabases()
+            try:
+                rounds_of("pg", postgres_jobs)
+            finally:
                 postgres_server.stop()
         claim_seconds = {str(rows): measure_claim_history(Path(tmp), rows) for rows in history}
         enqueue_seconds, parse_seconds = measure_enqueue(Path(tmp))

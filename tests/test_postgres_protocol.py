@@ -248,3 +248,161 @@ def test_the_command_line_runs_the_readme_session_on_postgresql(url: str) -> Non
     bad = run_cli("--db", url, "--now", "1000", "enqueue", "-", stdin=line("E0005") + '{"event_id": "E0006"}\n')
     assert bad.returncode == 2 and "line 2: missing_key" in bad.stderr and "Traceback" not in bad.stderr
     assert json.loads(run_cli("--db", url, "status", "--json").stdout)["messages"]["done"] == 4
+
+
+def order_line(event_id: str, operation: str = "op-1") -> str:
+    payload = {"tenant": "north", "operation": operation, "category": "book", "amount_cents": 500}
+    return json.dumps({"event_id": event_id, "payload": payload}) + "\n"
+
+
+def test_receipts_work_there_and_a_repeated_operation_makes_one_effect(store: Store) -> None:
+    from queue_core import ReceiptHandler, receipts
+
+    store.enqueue(order_line("E0001") + order_line("E0002") + order_line("E0003", "op-2"))
+    summary = work(store, ReceiptHandler(Handler()))
+    assert (summary.claimed, summary.done) == (3, 3)
+    assert ledger.effects(store) == [("E0001", "book", 500), ("E0003", "book", 500)]
+    assert [(r.operation, r.effect) for r in receipts.stored(store)] == [("op-1", "E0001"), ("op-2", "E0003")]
+    with pytest.raises(ValueError, match="create_table is for an SQLite database"):
+        store.write(receipts.create_table)
+
+
+def test_two_workers_completing_one_operation_at_once_make_one_effect(url: str, clock: ModelClock) -> None:
+    # No write lock serialises them here: both transactions are open at once,
+    # and the second must wait for the first's receipt instead of writing a
+    # second effect (without the key lock it would fail on the receipts key).
+    from queue_core import ReceiptHandler, receipts
+
+    with Store(url, clock=clock) as setup:
+        ledger.install(setup)
+        setup.enqueue(order_line("E0001") + order_line("E0002"))
+    inside_effect = threading.Event()
+    outcomes: dict[str, object] = {}
+
+    class SlowHandler(Handler):
+        def __call__(self, tx, message):  # type: ignore[no-untyped-def]
+            super().__call__(tx, message)
+            inside_effect.set()
+            time.sleep(0.5)  # the other worker arrives while this transaction is open
+
+    def first() -> None:
+        with Store(url, clock=clock) as store:
+            lease = store.claim(60)
+            assert lease is not None and lease.event_id == "E0001"
+            outcomes["E0001"] = store.complete(lease, ReceiptHandler(SlowHandler())).outcome
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert inside_effect.wait(30)
+        with Store(url, clock=clock) as store:
+            lease = store.claim(60)  # E0001 is leased: the next one
+            assert lease is not None and lease.event_id == "E0002"
+            outcomes["E0002"] = store.complete(lease, ReceiptHandler(Handler())).outcome
+    finally:
+        thread.join(60)
+    assert outcomes == {"E0001": Outcome.DONE, "E0002": Outcome.DONE}
+    with Store(url, clock=clock) as check:
+        assert ledger.effects(check) == [("E0001", "book", 500)]
+        assert [(r.operation, r.effect) for r in receipts.stored(check)] == [("op-1", "E0001")]
+        assert check.status().count("done") == 2
+
+
+def test_without_create_an_empty_database_is_refused_and_left_empty(url: str, clock: ModelClock) -> None:
+    from queue_core import WrongPath
+
+    with pytest.raises(WrongPath) as refused:
+        Store(url, clock=clock, create=False)
+    assert refused.value.code == "no_database" and "no queue database at postgresql://" in str(refused.value)
+    import psycopg
+
+    with psycopg.connect(url) as conn:  # nothing was created
+        assert conn.execute("SELECT count(*) FROM information_schema.tables "
+                            "WHERE table_schema = current_schema()").fetchone() == (0,)
+    with Store(url, clock=clock) as created:
+        created.enqueue(line("E0001"))
+    with Store(url, clock=clock, create=False) as opened:  # a queue database opens without create
+        assert opened.status().count("ready") == 1
+
+
+# ------------------------------------------- a connection lost between INSERT and COMMIT
+
+DIE_BEFORE_COMMIT = """
+import os, signal, sys
+from queue_core import Handler, ModelClock, Store
+
+def probe(point):
+    if point == "complete.before_commit":  # the effect's INSERT is sent; COMMIT is not
+        print("inserted", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+with Store(sys.argv[1], clock=ModelClock(1000), create=False, probe=probe) as store:
+    lease = store.claim(30)
+    store.complete(lease, Handler())
+"""
+
+
+def _wait_until_no_open_transaction(url: str, timeout: float = 30) -> None:
+    """Until the server has noticed the dead client: its transaction, and the row lock, end with it."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()").fetchone()[0]:
+            assert time.monotonic() < deadline, "the server kept the dead client's transaction open"
+            time.sleep(0.05)
+
+
+def test_a_worker_killed_between_insert_and_commit_leaves_no_effect_and_the_message_comes_back(url: str) -> None:
+    with Store(url, clock=ModelClock(1000)) as setup:
+        ledger.install(setup)
+        setup.enqueue(line("E0001", amount_cents=250))
+    child = subprocess.run([sys.executable, "-c", DIE_BEFORE_COMMIT, url], capture_output=True, text=True,
+                           timeout=60)
+    assert child.returncode == -9 and child.stdout == "inserted\n", (child.returncode, child.stderr)
+    _wait_until_no_open_transaction(url)
+    clock = ModelClock(1000)
+    with Store(url, clock=clock, create=False) as store:
+        assert ledger.effects(store) == []  # the server rolled the INSERT back with the connection
+        leased = store.message("E0001")
+        assert (leased.state, leased.attempts, leased.generation) == ("leased", 1, 1)  # the claim had committed
+        assert store.claim(30) is None  # its lease still runs
+        clock.advance(31)
+        again = store.claim(30)
+        assert again is not None and (again.event_id, again.attempt, again.generation) == ("E0001", 2, 2)
+        assert store.complete(again, Handler()).outcome is Outcome.DONE
+        assert ledger.effects(store) == [("E0001", "book", 250)]
+
+
+def test_a_connection_the_server_ends_before_commit_is_a_storage_error_and_a_retry_is_safe(url: str) -> None:
+    import psycopg
+
+    with Store(url, clock=ModelClock(1000)) as setup:
+        ledger.install(setup)
+        setup.enqueue(line("E0001", amount_cents=250) + line("E0002", amount_cents=40))
+    backend: list[int] = []
+
+    def cut(point: str) -> None:
+        if point == "complete.before_commit" and len(backend) == 1:
+            with psycopg.connect(url, autocommit=True) as admin:  # as a failover or a network cut would
+                assert admin.execute("SELECT pg_terminate_backend(%s)", (backend[0],)).fetchone() == (True,)
+            backend.append(0)
+
+    with Store(url, clock=ModelClock(1000), create=False, probe=cut) as store:
+        backend.append(store.read(lambda tx: tx.execute("SELECT pg_backend_pid()").fetchone()[0]))
+        lease = store.claim(30)
+        assert lease is not None
+        with pytest.raises(StorageError) as lost:
+            store.complete(lease, Handler())
+        assert lost.value.code == "connection_lost", lost.value
+        assert ledger.effects(store) == []  # the store reconnected for this read; nothing was written
+        assert store.message("E0001").state == "leased"
+        # The worker cannot know whether a lost COMMIT landed; retrying with the
+        # same lease is safe either way. Here it had not: the retry writes once.
+        assert store.complete(lease, Handler()).outcome is Outcome.DONE
+        # Had it landed, the retry would be refused by the fence and write nothing:
+        with pytest.raises(LeaseLost):
+            store.complete(lease, Handler())
+        assert ledger.effects(store) == [("E0001", "book", 250)]
+        assert backend[0] != store.read(lambda tx: tx.execute("SELECT pg_backend_pid()").fetchone()[0])
