@@ -72,6 +72,7 @@ _EXTRA_STEPS = {
     "complete": ("after_effect", "after_recheck", "after_update"),
     "fail": ("after_update",),
     "redrive": ("after_update",),
+    "extend": ("after_update",),
 }
 # The batched path's transactions reach their messages' steps (claim.*,
 # complete.*) once per message, and these of their own.
@@ -191,6 +192,41 @@ class Tx:
     def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         """Run one statement with bound parameters inside this transaction."""
         return self.conn.execute(sql, params)  # type: ignore[arg-type]
+
+
+class Heartbeat:
+    """A background thread that extends one lease until the block ends (``Store.heartbeat``)."""
+
+    def __init__(self, store: Store, lease: Lease, every: float, lease_seconds: int) -> None:
+        self.lease = lease  # the latest extension: complete with it
+        self.lost: LeaseLost | None = None  # set if an extension was refused; the thread then stops
+        self.beats = 0  # extensions made
+        self.error: StorageError | None = None  # the last storage error of a beat, if any
+        self._store, self._every, self._seconds = store, every, lease_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat {lease.event_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._every):
+                try:
+                    self.lease = self._store.extend(self.lease, self._seconds)
+                    self.beats += 1
+                except LeaseLost as lost:
+                    self.lost = lost
+                    return
+                except StorageError as failed:  # the next beat may work; the deadline tells if none did
+                    self.error = failed
+        finally:
+            self._store._release_thread_connection()  # one heartbeat, one connection: not kept until close()
 
 
 class Handler(Protocol):
@@ -341,6 +377,17 @@ class Store:
                 self._connections.append(conn)
             self._local.conn = conn
         return conn
+
+    def _release_thread_connection(self) -> None:
+        """Close this thread's connection now, for a thread that ends before the store does."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._registry:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        database.close(conn, quiet=True)
 
     def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
         if self.url is not None:
@@ -799,6 +846,65 @@ class Store:
             except LeaseLost as lost:
                 results.append(Completion(lease.event_id, Outcome.LEASE_LOST, LeaseLost.code, detail=lost.message))
         return results
+
+    # ---------------------------------------------------------------- extend
+
+    def extend(self, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease:
+        """Heartbeat: the same lease, now ending ``lease_seconds`` from now; fenced like a completion.
+
+        Only the message's current, unexpired lease can be extended: a stale
+        generation, an expired lease (it cannot be revived) or a finished
+        message raises ``LeaseLost`` and changes nothing. The generation and
+        the attempt stay: an extension spends no attempt. Like SQS's
+        ChangeMessageVisibility, the new deadline counts from now, so it may
+        also shorten a lease.
+
+        :param lease: the current lease (what ``claim`` or an earlier ``extend`` returned).
+        :param lease_seconds: the lease then ends this many seconds from now.
+        :returns: the lease with its new ``lease_until``; complete with it (or with the old one).
+        :raises LeaseLost: the lease is no longer the message's current, unexpired lease.
+        """
+        _check_lease(lease)
+        _check_lease_seconds(lease_seconds)
+        return self._write("extend", lambda tx: self.extend_tx(tx, lease, lease_seconds))
+
+    def extend_tx(self, tx: Tx, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease:
+        """``extend`` inside the caller's transaction."""
+        _check_lease_seconds(lease_seconds)
+        self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
+        self._at("extend.after_read")
+        now = tx.now()
+        extended = Lease(lease.event_id, lease.generation, lease.attempt, now + lease_seconds)
+        # The same fence in the UPDATE itself, as in complete_tx.
+        changed = tx.execute(
+            "UPDATE messages SET lease_until = ? "
+            "WHERE event_id = ? AND generation = ? AND state = 'leased' AND lease_until > ?",
+            (extended.lease_until, lease.event_id, lease.generation, now),
+        ).rowcount
+        if changed != 1:
+            raise LeaseLost(f"{lease.event_id}: generation {lease.generation} is no longer the current lease")
+        self._at("extend.after_update")
+        return extended
+
+    def heartbeat(self, lease: Lease, *, every: float, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Heartbeat:
+        """Keep extending ``lease`` every ``every`` seconds in a background thread while long work runs.
+
+        Use it around work done between ``claim`` and ``complete``::
+
+            with store.heartbeat(lease, every=10, lease_seconds=30) as beat:
+                result = long_computation(lease)
+            store.complete(beat.lease, handler)
+
+        The thread uses its own connection (one per thread) and stops when the
+        block ends. If an extension is refused, the thread stops and
+        ``beat.lost`` holds the ``LeaseLost``: the work's result must not be
+        written, and ``complete`` would refuse it anyway.
+        """
+        _check_lease(lease)
+        _check_lease_seconds(lease_seconds)
+        if not every > 0:
+            raise ValueError(f"every must be a positive number of seconds, got {every!r}")
+        return Heartbeat(self, lease, every, lease_seconds)
 
     # ------------------------------------------------------------------ fail
 

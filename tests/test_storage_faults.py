@@ -89,6 +89,7 @@ OPERATIONS: dict[str, Callable[[Store], Any]] = {
     "complete": lambda s: s.complete(LEASE, Handler()),
     "fail": lambda s: s.fail(LEASE, "flaky"),
     "redrive": lambda s: s.redrive(["E0000"]),
+    "extend": lambda s: s.extend(LEASE, 300),
 }
 WRITES = list(OPERATIONS)
 READS: dict[str, Callable[[Store], Any]] = {

@@ -142,11 +142,13 @@ def child_command(
             command += ["--category", name]
         if receipts:
             command.append("--receipts")
-    elif operation in ("complete", "fail"):
+    elif operation in ("complete", "fail", "extend"):
         if lease is None:
             raise ValueError(f"{operation} needs lease=Lease(...)")
         command += [lease.event_id, str(lease.generation), str(lease.attempt), str(lease.lease_until)]
-        if operation == "complete":
+        if operation == "extend":
+            command += ["--lease-seconds", str(lease_seconds)]
+        elif operation == "complete":
             for name in categories:
                 command += ["--category", name]
             if receipts:
@@ -223,14 +225,16 @@ def _parser() -> argparse.ArgumentParser:
     claim = ops.add_parser("claim", parents=[common])
     claim.add_argument("db", type=Path)
     claim.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
-    for name in ("complete", "fail"):
+    for name in ("complete", "fail", "extend"):
         op = ops.add_parser(name, parents=[common])
         op.add_argument("db", type=Path)
         op.add_argument("event_id")
         op.add_argument("generation", type=int)
         op.add_argument("attempt", type=int)
         op.add_argument("lease_until", type=int)
-        if name == "complete":
+        if name == "extend":
+            op.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
+        elif name == "complete":
             op.add_argument("--category", action="append", default=[], help="also accept this category")
             op.add_argument("--receipts", action="store_true",
                             help="complete under a ReceiptHandler (tenant and operation from the payload)")
@@ -298,9 +302,11 @@ def _run(store: Store, args: argparse.Namespace) -> None:
         store.claim_many(args.count, args.lease_seconds)
     elif args.operation == "complete_many":
         store.complete_many(args.leases, _handler(args.category, args.receipts))
-    elif args.operation in ("complete", "fail"):
+    elif args.operation in ("complete", "fail", "extend"):
         lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
-        if args.operation == "complete":
+        if args.operation == "extend":
+            store.extend(lease, args.lease_seconds)
+        elif args.operation == "complete":
             store.complete(lease, _handler(args.category, args.receipts))
         else:
             store.fail(lease, args.code, permanent=args.permanent)

@@ -155,6 +155,12 @@ def _setup_complete(store: Store, clock: ModelClock, folder: Path) -> dict[str, 
     return {"now": START, "lease": store.claim(LEASE)}
 
 
+def _setup_extend(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+    store.enqueue(batch_text(DEMO_EVENTS))
+    lease = store.claim(LEASE)
+    return {"now": START + 1, "lease": lease, "lease_seconds": 5 * LEASE}  # halfway through the lease
+
+
 def _setup_complete_refused(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
     store.enqueue(batch_text(DEMO_EVENTS))
     for _ in range(3):
@@ -278,6 +284,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         ("E0004",),
         spec="The completion of E0004, a toy that this handler version refuses: a permanent failure goes "
              "to dead with its code, without an effect."),
+    Scenario(
+        "extend", "extend a lease (heartbeat)", "extend", DEMO_EVENTS, _setup_extend,
+        _both({**_DEMO_FINAL, "E0001": ("done", 2, 2, None)}), ("E0001",),
+        spec="Halfway through E0001's lease, its worker extends it to end 10 s from now: the deadline "
+             "moves, nothing else (no attempt spent, the same generation). Either way the worker then dies: "
+             "the lease, extended or not, runs out, and generation 2 completes E0001."),
     Scenario(
         "fail-temporary", "fail, temporary", "fail", DEMO_EVENTS,
         _setup_fail("timeout", False, 1),
