@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import textwrap
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,7 +28,8 @@ from .errors import BatchRejected, QueueError
 from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
 from .ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS, Handler, Report
 from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS, STATES, Message, Store
-from .worker import work
+from .prometheus import exposition
+from .worker import WorkSummary, work
 
 PROG = "queue-core"
 DEFAULT_DB = "queue.sqlite3"
@@ -53,6 +55,20 @@ def _whole_number(low: int, high: int) -> Callable[[str], int]:
 
 
 _seconds = _whole_number(0, MAX_SECONDS)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _age(text: str) -> int:
+    """An argparse type: an age such as 3600, 90s, 15m, 12h or 30d, in whole seconds."""
+    found = re.fullmatch(r"([0-9]+)([smhd]?)", text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"expected an age such as 3600, 90s, 15m, 12h or 30d, got {text!r}")
+    seconds = int(found.group(1)) * _UNITS[found.group(2) or "s"]
+    if seconds > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text} is longer than the clock's range ({MAX_SECONDS} s)")
+    return seconds
+
+
 _lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
 _count = _whole_number(0, 10**9)
 
@@ -144,9 +160,20 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: 1, a transaction each)")
     worker.add_argument("--category", action="append", default=[], metavar="NAME",
                         help="also accept this category (repeatable)")
+    shown = worker.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true",
+                       help="no progress line and no summary: the exit status says how it went")
+    shown.add_argument("--json", action="store_true",
+                       help="progress as one JSON line a second on stderr (the summary stays on stdout)")
 
     status = command("status", "counts by state and the money")
     status.add_argument("--json", action="store_true", help="print JSON")
+
+    command("metrics", "the metrics in Prometheus' text format (for a scrape or a cron job)")
+
+    prune = command("prune", "remove the payloads of old done messages (dedup stays exact)")
+    prune.add_argument("--older-than", type=_age, required=True, metavar="AGE",
+                       help="done at least this long ago: 3600, 90s, 15m, 12h or 30d")
 
     dead = command("dead", "list dead letters")
     dead.add_argument("--json", action="store_true", help="print JSON")
@@ -238,9 +265,17 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if args.command == "work":
         ledger.install(store)
         handler = Handler.with_categories(args.category)
+        progress = _Progress.for_run(quiet=args.quiet, as_json=args.json)
         summary = work(store, handler, lease_seconds=args.lease_seconds, max_messages=args.max_messages,
-                       batch=args.batch)
-        _print_json(summary.to_dict(), out)
+                       batch=args.batch, progress=progress)
+        if progress is not None:
+            progress.finish(summary)
+        if not args.quiet:
+            _print_json(summary.to_dict(), out)
+    elif args.command == "metrics":
+        out.write(exposition(store.metrics()))
+    elif args.command == "prune":
+        _print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
         snapshot = ledger.report(store)
         if args.json:
@@ -259,6 +294,53 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
             out.write(_dead_table(letters))
     elif args.command == "redrive":
         _print_json({"redriven": store.redrive(args.event_ids)}, out)
+
+
+class _Progress:
+    """The worker's progress on stderr: a line rewritten in place on a terminal, or JSON lines for scripts."""
+
+    def __init__(self, stream: TextIO, *, as_json: bool, every: float) -> None:
+        self._stream, self._as_json, self._every = stream, as_json, every
+        self._started = time.monotonic()
+        self._shown = float("-inf") if not as_json else self._started  # a terminal sees the line at once
+        self._drawn = False
+
+    @classmethod
+    def for_run(cls, *, quiet: bool, as_json: bool) -> _Progress | None:
+        if quiet:
+            return None
+        if as_json:
+            return cls(sys.stderr, as_json=True, every=1.0)
+        if sys.stderr.isatty():  # a person is watching; piped or redirected output stays clean
+            return cls(sys.stderr, as_json=False, every=0.25)
+        return None
+
+    def __call__(self, summary: WorkSummary) -> None:
+        now = time.monotonic()
+        if now - self._shown >= self._every:
+            self._shown = now
+            self._show(summary)
+
+    def finish(self, summary: WorkSummary) -> None:
+        if self._as_json:
+            return  # the summary on stdout is the last word
+        if self._drawn:
+            self._show(summary)
+            self._stream.write("\n")
+            self._stream.flush()
+
+    def _show(self, summary: WorkSummary) -> None:
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        rate = summary.claimed / elapsed
+        if self._as_json:
+            self._stream.write(json.dumps({"progress": summary.to_dict(), "seconds": round(elapsed, 1),
+                                           "per_second": round(rate, 1)}) + "\n")
+        else:
+            self._stream.write(f"\r{PROG} work: {summary.claimed:,} claimed, {summary.done:,} done, "
+                               f"{summary.retried:,} retried, {summary.dead:,} dead, {summary.lease_lost:,} "
+                               f"lease lost ({rate:,.0f}/s)\x1b[K")
+            self._drawn = True
+        self._stream.flush()
 
 
 def _read_batch(name: str) -> bytes:

@@ -16,7 +16,7 @@ from typing import Final
 
 from .errors import StorageError, WrongPath
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 APPLICATION_ID: Final = 0x51436F72  # "QCor": marks a file as a queue_core database
 SCHEMA_FILES: Final = ("schema.sql", "receipts.sql")  # the queue's schema, in order
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -29,6 +29,16 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE messages ADD COLUMN last_detail TEXT CHECK (last_detail IS NULL OR last_error IS NOT NULL)",
         # Receipts join the versioned schema (version 1 created them lazily, identically).
         "receipts.sql",
+    ),
+    3: (
+        # Timestamps and counts for the metrics; a row from before has NULL
+        # times (unknown, never guessed) and no expired lease counted.
+        "ALTER TABLE messages ADD COLUMN enqueued_at INTEGER CHECK (enqueued_at IS NULL OR enqueued_at >= 0)",
+        "ALTER TABLE messages ADD COLUMN done_at INTEGER CHECK (done_at IS NULL OR state = 'done')",
+        "ALTER TABLE messages ADD COLUMN expired_leases INTEGER NOT NULL DEFAULT 0 CHECK (expired_leases >= 0)",
+        # Retention: prune keeps the hash of a payload it removes.
+        "ALTER TABLE messages ADD COLUMN payload_sha256 TEXT CHECK (payload_sha256 IS NULL"
+        " OR (state = 'done' AND payload = '{}' AND length(payload_sha256) = 64))",
     ),
 }
 

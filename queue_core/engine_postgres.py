@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Final
 
-from .errors import StorageError
+from .errors import StorageError, WrongPath
 
 SCHEMES: Final = ("postgresql://", "postgres://")
 SCHEMA_FILE: Final = "schema_postgres.sql"
@@ -155,11 +155,28 @@ def has_schema(conn: Connection) -> bool:
     return bool(row[0])
 
 
-def prepare(conn: Connection) -> None:
-    """Create the queue's tables if they are not there (idempotent, one transaction)."""
+def schema_version(conn: Connection) -> int:
+    """The queue's schema version in this database (0: none yet)."""
+    if not has_schema(conn):
+        return 0
+    row = conn.execute("SELECT version FROM queue_core_schema").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def prepare(conn: Connection, *, known_version: int, where: str) -> None:
+    """Create the queue's tables, or move an older version forward (idempotent, one transaction).
+
+    A database of a newer version than ``known_version`` is refused before
+    anything runs (``schema_too_new``), as on SQLite.
+    """
     script = resources.files("queue_core").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     conn.execute("BEGIN")
     try:
+        conn.execute("SELECT pg_advisory_xact_lock(1363373938)")  # the script's own lock, taken before reading
+        found = schema_version(conn)
+        if found > known_version:
+            raise WrongPath(f"{where} has schema version {found}; this queue_core knows up to {known_version}",
+                            code="schema_too_new")
         conn._conn.execute(script)
         conn.execute("COMMIT")
     except BaseException:

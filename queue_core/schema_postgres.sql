@@ -1,4 +1,4 @@
--- queue_core schema for PostgreSQL, version 2: the same tables as schema.sql
+-- queue_core schema for PostgreSQL, version 3: the same tables as schema.sql
 -- and receipts.sql on SQLite, with the same CHECKs, so that impossible states
 -- stay unstorable even for a client that bypasses the protocol with raw SQL.
 --
@@ -59,6 +59,18 @@ CREATE TABLE IF NOT EXISTS messages (
     CONSTRAINT messages_dead_with_error CHECK (state <> 'dead' OR last_error IS NOT NULL)
 );
 
+-- Version 3 (also added to a version 2 database): timestamps and counts for
+-- the metrics (NULL: a row from before), and the hash prune keeps.
+ALTER TABLE messages ADD COLUMN IF NOT EXISTS enqueued_at BIGINT
+    CONSTRAINT messages_enqueued_at_nonnegative CHECK (enqueued_at IS NULL OR enqueued_at >= 0);
+ALTER TABLE messages ADD COLUMN IF NOT EXISTS done_at BIGINT
+    CONSTRAINT messages_done_at_when_done CHECK (done_at IS NULL OR state = 'done');
+ALTER TABLE messages ADD COLUMN IF NOT EXISTS expired_leases BIGINT NOT NULL DEFAULT 0
+    CONSTRAINT messages_expired_leases_nonnegative CHECK (expired_leases >= 0);
+ALTER TABLE messages ADD COLUMN IF NOT EXISTS payload_sha256 TEXT
+    CONSTRAINT messages_pruned_payload CHECK (payload_sha256 IS NULL
+        OR (state = 'done' AND payload = '{}' AND length(payload_sha256) = 64));
+
 -- Claim reads only ready and leased rows, in claim order; done and dead rows
 -- (which stay forever for deduplication) are not in this index at all.
 CREATE INDEX IF NOT EXISTS messages_claimable
@@ -81,7 +93,10 @@ CREATE TABLE IF NOT EXISTS queue_core_schema (
     application_id BIGINT  NOT NULL CONSTRAINT queue_core_schema_application CHECK (application_id = 1363373938),
     version        INTEGER NOT NULL CONSTRAINT queue_core_schema_version_positive CHECK (version >= 1)
 );
--- A database that already has its row keeps it: moving a version forward is
--- a migration's work, never this file's.
-INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, 2)
+-- A database that already has its row keeps it; the statements above and
+-- below move a version 2 database to version 3 (engine_postgres.prepare
+-- refuses a newer version before this file runs).
+INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, 3)
     ON CONFLICT (singleton) DO NOTHING;
+-- Version 2 to 3: the columns above were added by this same transaction.
+UPDATE queue_core_schema SET version = 3 WHERE version = 2;

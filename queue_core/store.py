@@ -26,15 +26,16 @@ which is how the crash tests stop a real process at an exact point.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Final, NoReturn, Protocol, TypeVar
@@ -152,10 +153,14 @@ class Message:
     lease_until: int | None
     last_error: str | None
     last_detail: str | None = None
+    enqueued_at: int | None = None  # None: stored before schema version 3
+    done_at: int | None = None  # when it was ACKed (None: not done, or before version 3)
+    expired_leases: int = 0  # leases of it that ran out and a later claim took over
+    pruned: bool = False  # prune removed the payload ({} now); its hash still deduplicates
 
     @property
     def payload_object(self) -> dict[str, Any]:
-        """The stored canonical payload, parsed."""
+        """The stored canonical payload, parsed (``{}`` once pruned)."""
         value: dict[str, Any] = json.loads(self.payload)
         return value
 
@@ -172,6 +177,55 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": {state: self.count(state) for state in STATES}}
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Seconds from enqueue to done over the done messages that have both times (nearest-rank percentiles)."""
+
+    count: int
+    p50: int | None
+    p95: int | None
+    max: int | None
+    sum: int = 0  # of all their seconds (Prometheus' summary needs it)
+
+    def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What an operator watches (``Store.metrics``, ``queue-core status`` and ``metrics``), read in one snapshot.
+
+    Times are whole seconds of the store's clock at ``now``. A message stored
+    before schema version 3 has no enqueue or done time: it is counted by
+    state but left out of the ages and the latency, never guessed.
+    """
+
+    now: int
+    messages: Mapping[str, int]  # counts by state
+    oldest_ready_age: int | None  # seconds since the oldest ready message was enqueued (None: no ready message)
+    dead_attempts: Mapping[int, int]  # dead messages by the attempts they spent
+    enqueue_to_done: Latency
+    expired_leases: int  # leases that ran out and a later claim took over (or ended in dead)
+    pruned: int  # done messages whose payload prune removed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"now": self.now, "messages": dict(self.messages), "oldest_ready_age": self.oldest_ready_age,
+                "dead_attempts": {str(k): v for k, v in self.dead_attempts.items()},
+                "enqueue_to_done": self.enqueue_to_done.to_dict(), "expired_leases": self.expired_leases,
+                "pruned": self.pruned}
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What ``prune`` did."""
+
+    pruned: int  # payloads removed now
+    unknown_age: int  # done messages from before schema version 3: no done time, so never pruned by age
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
 
 
 class Tx:
@@ -301,7 +355,8 @@ class Store:
             if not create and not engine_postgres.has_schema(conn):  # type: ignore[arg-type]
                 self.close()
                 raise WrongPath(f"no queue database at {self._where}", code="no_database")
-            engine_postgres.prepare(conn)  # type: ignore[arg-type]
+            engine_postgres.prepare(conn, known_version=database.SCHEMA_VERSION,  # type: ignore[arg-type]
+                                    where=self._where)
             return
         version = database.inspect(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
         if version < database.SCHEMA_VERSION:
@@ -590,19 +645,30 @@ class Store:
             # No database write lock there: enqueues take turns on an advisory
             # lock, so that a duplicate or a conflict is decided as on SQLite.
             tx.execute("SELECT pg_advisory_xact_lock(?)", (database.APPLICATION_ID + 1,))
-            found = tx.execute("SELECT event_id, payload FROM messages WHERE event_id = ANY(?)", (ids,))
+            found = tx.execute("SELECT event_id, payload, payload_sha256 FROM messages WHERE event_id = ANY(?)",
+                               (ids,))
         else:
             found = tx.execute(
-                "SELECT event_id, payload FROM messages WHERE event_id IN (SELECT value FROM json_each(?))",
+                "SELECT event_id, payload, payload_sha256 FROM messages "
+                "WHERE event_id IN (SELECT value FROM json_each(?))",
                 (json.dumps(ids),))
-        stored = dict(found.fetchall())
+        stored: dict[str, str] = {}
+        pruned: dict[str, str] = {}  # event_id -> SHA-256 of the canonical payload prune removed
+        for event_id, payload, digest in found.fetchall():
+            if digest is None:
+                stored[event_id] = payload
+            else:
+                pruned[event_id] = digest
         self._at("enqueue.after_read")
-        new: list[tuple[str, str, int]] = []
+        new: list[tuple[str, str, int, int]] = []
         duplicates = batch.duplicates_in_batch
         for event in batch.events:  # in batch order: a conflict names the first line at fault
             payload = stored.get(event.event_id)
+            if payload is None and event.event_id in pruned:
+                # Pruned: the same canonical payload has the same hash, another one (all but surely) not.
+                payload = event.payload if payload_digest(event.payload) == pruned[event.event_id] else ""
             if payload is None:
-                new.append((event.event_id, event.payload, now))
+                new.append((event.event_id, event.payload, now, now))
             elif payload == event.payload:
                 duplicates += 1
             else:
@@ -617,8 +683,8 @@ class Store:
             for start in range(0, len(new), _INSERT_ROWS):
                 chunk = new[start:start + _INSERT_ROWS]
                 tx.execute(
-                    "INSERT INTO messages (event_id, payload, state, available_at) VALUES "
-                    + ", ".join(["(?, ?, 'ready', ?)"] * len(chunk)),
+                    "INSERT INTO messages (event_id, payload, state, available_at, enqueued_at) VALUES "
+                    + ", ".join(["(?, ?, 'ready', ?, ?)"] * len(chunk)),
                     [value for row in chunk for value in row])
             self._at("enqueue.after_insert")
         return EnqueueResult(accepted=len(new), duplicates=duplicates)
@@ -671,10 +737,11 @@ class Store:
             if not rows:
                 break
             for event_id, attempts, generation, expired_at in rows:
+                expired = int(expired_at is not None)  # a leased candidate: its lease ran out
                 if attempts >= self.max_attempts:
                     tx.execute(
-                        "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ? "
-                        "WHERE event_id = ?",
+                        "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ?, "
+                        "expired_leases = expired_leases + 1 WHERE event_id = ?",
                         (LEASE_EXPIRED, f"the lease of claim {attempts} of {self.max_attempts} ended at "
                                         f"{expired_at} with no completion", event_id),
                     )
@@ -684,10 +751,11 @@ class Store:
                 tx.execute(
                     """
                     UPDATE messages
-                    SET state = 'leased', attempts = ?, generation = ?, lease_until = ?
+                    SET state = 'leased', attempts = ?, generation = ?, lease_until = ?,
+                        expired_leases = expired_leases + ?
                     WHERE event_id = ?
                     """,
-                    (lease.attempt, lease.generation, lease.lease_until, event_id),
+                    (lease.attempt, lease.generation, lease.lease_until, expired, event_id),
                 )
                 self._at("claim.after_update")
                 leases.append(lease)
@@ -784,9 +852,9 @@ class Store:
         # The fence and the ACK in one statement: the row changes only while
         # this lease is its current, unexpired lease.
         acked = tx.execute(
-            "UPDATE messages SET state = 'done', lease_until = NULL "
+            "UPDATE messages SET state = 'done', lease_until = NULL, done_at = ? "
             "WHERE event_id = ? AND generation = ? AND state = 'leased' AND lease_until > ?",
-            (lease.event_id, lease.generation, now),
+            (now, lease.event_id, lease.generation, now),
         ).rowcount
         if acked != 1:
             self.leased_tx(tx, lease)  # raises LeaseLost with the reason
@@ -1014,6 +1082,72 @@ class Store:
         """``status`` inside the caller's transaction or snapshot."""
         return Snapshot(dict(view.execute("SELECT state, count(*) FROM messages GROUP BY state").fetchall()))
 
+    def metrics(self) -> Metrics:
+        """Counts, the oldest ready message's age, dead messages' attempts, enqueue-to-done latency, expired leases."""
+        return self.read(self.metrics_tx)
+
+    def metrics_tx(self, view: Tx) -> Metrics:
+        """``metrics`` inside the caller's transaction or snapshot."""
+        now = view.now()
+        counts = self.status_tx(view).messages
+        oldest = view.execute("SELECT min(enqueued_at) FROM messages WHERE state = 'ready'").fetchone()[0]
+        dead = dict(view.execute(
+            "SELECT attempts, count(*) FROM messages WHERE state = 'dead' GROUP BY attempts ORDER BY attempts"))
+        timed = ("FROM messages WHERE state = 'done' AND enqueued_at IS NOT NULL AND done_at IS NOT NULL")
+        done, longest, total = view.execute(
+            f"SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0) {timed}").fetchone()
+
+        def percentile(p: int) -> int | None:
+            if not done:
+                return None
+            rank = max(1, -(-p * int(done) // 100))  # nearest rank: ceil(p/100 * n)
+            row = view.execute(f"SELECT done_at - enqueued_at AS seconds {timed} ORDER BY seconds "
+                               "LIMIT 1 OFFSET ?", (rank - 1,)).fetchone()
+            return int(row[0])
+
+        expired, pruned = view.execute(
+            "SELECT coalesce(sum(expired_leases), 0), count(payload_sha256) FROM messages").fetchone()
+        return Metrics(
+            now=now, messages={state: counts.get(state, 0) for state in STATES},
+            oldest_ready_age=None if oldest is None else max(0, now - int(oldest)),
+            dead_attempts={int(k): int(v) for k, v in dead.items()},
+            enqueue_to_done=Latency(int(done), percentile(50), percentile(95),
+                                    None if longest is None else int(longest), int(total)),
+            expired_leases=int(expired), pruned=int(pruned))
+
+    # ---------------------------------------------------------------- prune
+
+    def prune(self, older_than_seconds: int) -> Pruned:
+        """Remove the payloads of done messages ACKed at least ``older_than_seconds`` ago; keep what dedup needs.
+
+        A pruned message keeps its id, state, counts and times, and the
+        SHA-256 of its canonical payload: enqueueing its id again with the
+        same payload is still a duplicate, with another payload still a
+        conflict. Dead messages are never pruned (they wait for an operator),
+        nor done messages from before schema version 3 (their age is unknown).
+        One transaction: all or nothing.
+
+        :param older_than_seconds: 0 or more; ``0`` prunes every done message with a done time.
+        """
+        if isinstance(older_than_seconds, bool) or not isinstance(older_than_seconds, int):
+            raise TypeError(f"older_than_seconds must be an integer, got {type(older_than_seconds).__name__}")
+        if older_than_seconds < 0:
+            raise ValueError(f"older_than_seconds must not be negative, got {older_than_seconds}")
+        return self._write(None, lambda tx: self.prune_tx(tx, older_than_seconds))
+
+    def prune_tx(self, tx: Tx, older_than_seconds: int) -> Pruned:
+        """``prune`` inside the caller's transaction."""
+        cutoff = tx.now() - older_than_seconds
+        rows = tx.execute(
+            "SELECT event_id, payload FROM messages "
+            "WHERE state = 'done' AND payload_sha256 IS NULL AND done_at IS NOT NULL AND done_at <= ?",
+            (cutoff,)).fetchall()
+        if rows:
+            tx.conn.executemany("UPDATE messages SET payload = '{}', payload_sha256 = ? WHERE event_id = ?",
+                                [(payload_digest(payload), event_id) for event_id, payload in rows])
+        unknown = tx.execute("SELECT count(*) FROM messages WHERE state = 'done' AND done_at IS NULL").fetchone()[0]
+        return Pruned(pruned=len(rows), unknown_age=int(unknown))
+
     def message(self, event_id: str) -> Message:
         """One stored message, as stored."""
         found = self.read(lambda view: _fetch_message(view, event_id))
@@ -1028,7 +1162,7 @@ class Store:
         sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages"
         sql += " WHERE state = ? ORDER BY event_id" if state else " ORDER BY event_id"
         params = (state,) if state else ()
-        return self.read(lambda view: [Message(*row) for row in view.execute(sql, params)])
+        return self.read(lambda view: [_message(row) for row in view.execute(sql, params)])
 
     def dead_letters(self) -> list[Message]:
         """The dead-letter queue: messages with ``state = 'dead'``."""
@@ -1043,17 +1177,29 @@ _ROW_LOCK: Final = {
     "postgresql": {"claim": " FOR UPDATE SKIP LOCKED", "message": " FOR UPDATE"},
 }
 
-# Rows per INSERT statement on enqueue: 3 bound values each, far below
+# Rows per INSERT statement on enqueue: 4 bound values each, far below
 # SQLite's 32,766-variable limit and PostgreSQL's 65,535.
 _INSERT_ROWS = 250
 
-_MESSAGE_COLUMNS = "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, last_detail"
+_MESSAGE_COLUMNS = ("event_id, payload, state, attempts, generation, available_at, lease_until, last_error, "
+                    "last_detail, enqueued_at, done_at, expired_leases, payload_sha256 IS NOT NULL")
+
+
+def _message(row: Sequence[Any]) -> Message:
+    values = list(row)
+    values[-1] = bool(values[-1])  # pruned: SQLite says 0/1, PostgreSQL a bool
+    return Message(*values)
 
 
 def _fetch_message(tx: Tx, event_id: str, *, lock: bool = False) -> Message | None:
     suffix = _ROW_LOCK[tx.engine]["message"] if lock else ""
     row = tx.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE event_id = ?{suffix}", (event_id,)).fetchone()
-    return None if row is None else Message(*row)
+    return None if row is None else _message(row)
+
+
+def payload_digest(canonical: str) -> str:
+    """The SHA-256 (hex) of a canonical payload: what prune keeps of it, for deduplication."""
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _check_lease_seconds(lease_seconds: object) -> None:

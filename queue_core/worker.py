@@ -10,6 +10,7 @@ or the refusal's own code) and the loop goes on with the next message.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from .errors import LeaseLost
@@ -41,6 +42,7 @@ def work(
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     max_messages: int | None = None,
     batch: int = 1,
+    progress: Callable[[WorkSummary], None] | None = None,
 ) -> WorkSummary:
     """Process messages until none is available now (or ``max_messages`` were claimed).
 
@@ -56,6 +58,7 @@ def work(
     :param lease_seconds: each lease's length; longer than the handler takes (k handlers with ``batch=k``).
     :param max_messages: stop after claiming this many (``None``: until none is available now).
     :param batch: messages per claim transaction and per completion transaction (1..``MAX_BATCH``).
+    :param progress: called with the counts so far after each turn (about every 50 ms while busy).
     :returns: counts of claimed, done, retried, dead and lease-lost messages.
     """
     if not isinstance(store, Store):
@@ -86,6 +89,8 @@ def work(
                     counts[_COUNTER[outcome]] += 1
                 if time.monotonic() >= slice_ends:
                     break
+        if progress is not None:
+            progress(WorkSummary(**counts))  # outside the turn: a slow display never holds the writers
     return WorkSummary(**counts)
 
 

@@ -26,7 +26,9 @@ def db(tmp_path: Path) -> Path:
 
 # Modules whose store-only tests run on both engines (a test that also takes
 # ``db``, the SQLite file, is about that file and runs on SQLite alone).
-BOTH_ENGINES = {"test_protocol", "test_batch", "test_handler_hook", "test_envelope"}
+BOTH_ENGINES = {"test_protocol", "test_batch", "test_handler_hook", "test_envelope", "test_receipts",
+                "test_lease_extension", "test_cli", "test_operations",
+                "test_operations_cli"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,4 +1,4 @@
-"""Schema version 1 files are migrated to version 2 on open, in one transaction.
+"""Older schema versions are migrated to the current one (3) on open, in one transaction.
 
 A version-1 database is built here by hand, exactly as the v1 code made it
 (``git show HEAD~1:queue_core/schema.sql``, copied below; v1 created the
@@ -121,6 +121,11 @@ def v1_connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+V3_COLUMNS = ["enqueued_at", "done_at", "expired_leases", "payload_sha256"]
+UNKNOWN_TIMES = ("SELECT count(*) FROM messages WHERE enqueued_at IS NULL AND done_at IS NULL"
+                 " AND expired_leases = 0 AND payload_sha256 IS NULL")
+
+
 def make_v1(path: Path, *, with_receipts: bool = True, rows: bool = True) -> Path:
     """A version-1 queue file, created as v1's ``Store._initialise`` did, then used as v1 did."""
     with closing(v1_connect(path)) as conn:
@@ -189,14 +194,16 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     with Store(v1, clock=ModelClock(1000)):
         # The migration is checkpointed at once: the new version is in the file itself
         # while the store is still open, not only in its WAL.
-        assert header_version(v1) == database.SCHEMA_VERSION == 2
-    assert header_version(v1) == database.SCHEMA_VERSION == 2
-    assert select(v1, "PRAGMA user_version") == [(2,)]
+        assert header_version(v1) == database.SCHEMA_VERSION == 3
+    assert header_version(v1) == database.SCHEMA_VERSION == 3
+    assert select(v1, "PRAGMA user_version") == [(3,)]
     assert select(v1, "PRAGMA application_id") == [(database.APPLICATION_ID,)]
-    assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail"]
+    assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS]
     # Every row keeps its meaning: the same values, and no detail was invented.
     assert select(v1, f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id") == V1_MESSAGES
     assert select(v1, "SELECT count(*) FROM messages WHERE last_detail IS NOT NULL") == [(0,)]
+    # Nor a time: a row from before version 3 has none (metrics leave it out), and no expired lease counted.
+    assert select(v1, UNKNOWN_TIMES) == [(len(V1_MESSAGES),)]
     assert select(v1, "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id") == V1_EFFECTS
     assert select(v1, "SELECT tenant, operation, payload, effect FROM receipts") == V1_RECEIPT_ROWS
     # The claim index is still there, unchanged, and claim still reads through it.
@@ -262,7 +269,7 @@ def test_a_version_1_file_that_never_had_a_receipt_gets_the_receipts_table(tmp_p
 def test_an_empty_version_1_file_migrates(tmp_path: Path) -> None:
     path = make_v1(tmp_path / "empty.sqlite3", with_receipts=False, rows=False)
     store = Store(path, clock=ModelClock(1000), create=False)  # migration is not creation
-    assert header_version(path) == 2
+    assert header_version(path) == 3
     assert store.status().messages == {}
     store.enqueue(line("E0001"))
     assert store.complete(store.claim(), Handler()).outcome is Outcome.DONE  # v1's effects table is the ledger's
@@ -275,13 +282,66 @@ def test_opening_the_migrated_file_again_is_a_no_op(v1: Path) -> None:
     with Store(v1, clock=ModelClock(1000)), Store(v1, clock=ModelClock(2000), create=False):
         assert fingerprint(v1) == before  # opening writes nothing, not even a -lock file
     assert fingerprint(v1) == before
-    assert header_version(v1) == 2
+    assert header_version(v1) == 3
 
 
 def test_ledger_install_on_a_migrated_file_keeps_the_v1_effects(v1: Path) -> None:
     store = Store(v1, clock=ModelClock(1000))
     ledger.install(store)  # CREATE TABLE IF NOT EXISTS: the v1 table is kept
     assert ledger.effects(store) == V1_EFFECTS
+
+
+def make_v2(path: Path) -> Path:
+    """A version-2 file: the v1 file moved forward by migration 2 alone, as version 2 of queue_core left it."""
+    make_v1(path)
+    with closing(v1_connect(path)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in database._migration_statements(2):
+            conn.execute(statement)
+        conn.execute("UPDATE messages SET last_detail = 'retry after 1 s' WHERE event_id = 'E0002'")
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute("COMMIT")
+    return path
+
+
+def test_a_version_2_file_migrates_to_version_3_and_no_row_changes_meaning(tmp_path: Path) -> None:
+    path = make_v2(tmp_path / "v2.sqlite3")
+    assert header_version(path) == 2 and "enqueued_at" not in columns(path, "messages")
+    old = f"{MESSAGE_COLUMNS}, last_detail"
+    before = select(path, f"SELECT {old} FROM messages ORDER BY event_id")
+    with Store(path, clock=ModelClock(1200)) as store:
+        assert header_version(path) == 3
+        assert columns(path, "messages") == [*old.split(", "), *V3_COLUMNS]
+        assert select(path, f"SELECT {old} FROM messages ORDER BY event_id") == before  # the same values
+        assert select(path, UNKNOWN_TIMES) == [(len(before),)]  # no time guessed, no expiry invented
+        metrics = store.metrics()
+        # Counted by state; left out of the ages and the latency, since their times are unknown.
+        assert metrics.messages == {"ready": 3, "leased": 2, "done": 2, "dead": 2}
+        assert (metrics.oldest_ready_age, metrics.enqueue_to_done.count, metrics.expired_leases) == (None, 0, 0)
+        # prune cannot age them: it removes nothing and says how many it could not age.
+        assert store.prune(0).to_dict() == {"pruned": 0, "unknown_age": 2}
+        # New work gets its times.
+        store.enqueue(line("E0011", "book", 100))
+        done = None
+        while (lease := store.claim()) is not None:
+            completion = store.complete(lease, Handler())
+            if lease.event_id == "E0011":
+                done = completion
+        assert done is not None and done.outcome is Outcome.DONE
+        stored = store.message("E0011")
+        assert (stored.enqueued_at, stored.done_at) == (1200, 1200)
+    assert select(path, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_version_3_rule_holds_in_a_migrated_table(tmp_path: Path) -> None:
+    path = make_v2(tmp_path / "v2.sqlite3")
+    Store(path, clock=ModelClock(1000)).close()
+    with closing(sqlite3.connect(path)) as conn:
+        for sql in ("UPDATE messages SET done_at = 5 WHERE state <> 'done'",
+                    "UPDATE messages SET expired_leases = -1",
+                    "UPDATE messages SET payload_sha256 = 'abc' WHERE state = 'done'"):
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+                conn.execute(sql)
 
 
 # ------------------------------------------------------ failure and refusal
@@ -307,7 +367,7 @@ def test_a_migration_that_fails_part_way_leaves_the_file_byte_identical(v1: Path
     with closing(v1_connect(v1)) as conn:
         conn.execute("DROP INDEX receipts")
     Store(v1, clock=ModelClock(1000)).close()
-    assert header_version(v1) == 2 and "last_detail" in columns(v1, "messages")
+    assert header_version(v1) == 3 and "last_detail" in columns(v1, "messages")
 
 
 def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
@@ -337,7 +397,7 @@ def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
     assert not wal.exists() or wal.stat().st_size == 0
     assert header_version(v1) == 1
     Store(v1, clock=ModelClock(1000)).close()  # with a writable connection, the same file migrates
-    assert header_version(v1) == 2
+    assert header_version(v1) == 3
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="mode bits do not stop root")

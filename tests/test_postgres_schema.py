@@ -296,6 +296,18 @@ IMPOSSIBLE = [
     ("INSERT INTO receipts VALUES ('t', repeat('o', 201), '{}', 'e')", "CheckViolation",
      "receipts_operation_length"),
     ("INSERT INTO receipts VALUES ('t', 'op', '{\"a\" 1}', 'e')", "CheckViolation", "receipts_payload_json"),
+    # Version 3: the metrics' times and counts, and what prune keeps.
+    (f"{MSG}, enqueued_at) VALUES ('E0009', '{{}}', 'ready', 0, -1)", "CheckViolation",
+     "messages_enqueued_at_nonnegative"),
+    (f"{MSG}, done_at) VALUES ('E0009', '{{}}', 'ready', 0, 5)", "CheckViolation", "messages_done_at_when_done"),
+    ("UPDATE messages SET expired_leases = -1 WHERE event_id = 'E0001'", "CheckViolation",
+     "messages_expired_leases_nonnegative"),
+    (f"{MSG}, payload_sha256) VALUES ('E0009', '{{}}', 'ready', 0, repeat('a', 64))", "CheckViolation",
+     "messages_pruned_payload"),  # only a done message is pruned
+    ("UPDATE messages SET payload_sha256 = repeat('a', 64) WHERE event_id = 'E0001'", "CheckViolation",
+     "messages_pruned_payload"),  # a pruned payload is gone: '{}'
+    ("UPDATE messages SET payload = '{}', payload_sha256 = 'abc' WHERE event_id = 'E0001'", "CheckViolation",
+     "messages_pruned_payload"),  # a SHA-256 in hex has 64 characters
 ]
 
 
@@ -352,20 +364,23 @@ def test_every_check_of_the_schema_is_exercised(queue: Any) -> None:
     assert pg_checks == sqlite_checks
 
 
-VALID_ROWS = [
-    ("E0002", '{"a":1}', "ready", 0, 0, 1000, None, None, None),
-    ("E0003", '{"a":1}', "ready", 1, 1, 1005, None, "flaky", "retry after 5 s"),  # a retry keeps its last error
-    ("E0004", '{"a":1}', "leased", 2, 3, 1000, 1030, None, None),
-    ("E0005", '{"a":1}', "done", 1, 1, 1000, None, None, None),
-    ("E0006", '{"a":1}', "dead", 3, 3, 1000, None, "lease_expired", None),
-    ("E0007", '{"a":1}', "dead", 1, 1, 1000, None, "handler_error", "IntegrityError: UNIQUE constraint failed"),
-    ("E9999", "{}", "ready", 0, 0, 0, None, None, None),
+VALID_ROWS = [  # the columns of schema version 3, in order
+    ("E0002", '{"a":1}', "ready", 0, 0, 1000, None, None, None, 1000, None, 0, None),
+    ("E0003", '{"a":1}', "ready", 1, 1, 1005, None, "flaky", "retry after 5 s", 990, None, 0, None),  # keeps its error
+    ("E0004", '{"a":1}', "leased", 2, 3, 1000, 1030, None, None, 900, None, 1, None),  # one lease ran out
+    ("E0005", '{"a":1}', "done", 1, 1, 1000, None, None, None, 1000, 1004, 0, None),
+    ("E0006", '{"a":1}', "dead", 3, 3, 1000, None, "lease_expired", None, 1000, None, 3, None),
+    ("E0007", '{"a":1}', "dead", 1, 1, 1000, None, "handler_error", "IntegrityError: UNIQUE constraint failed",
+     None, None, 0, None),  # stored before version 3: no times
+    ("E0008", "{}", "done", 1, 1, 1000, None, None, None, 1000, 1002, 0, "a" * 64),  # pruned
+    ("E9999", "{}", "ready", 0, 0, 0, None, None, None, 0, None, 0, None),
 ]
 
 
 def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
     insert = ("INSERT INTO messages (event_id, payload, state, attempts, generation, available_at, lease_until,"
-              " last_error, last_detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
+              " last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256)"
+              " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
     with queue.transaction():
         for row in VALID_ROWS:
             queue.execute(insert, row)
@@ -441,7 +456,7 @@ def test_the_tables_have_the_sqlite_schema_s_columns_in_its_order(queue: Any) ->
             assert pg_key == lite_key, table
     defaults = dict(queue.execute("SELECT column_name, column_default FROM information_schema.columns"
                                   " WHERE table_name = 'messages' AND column_default IS NOT NULL").fetchall())
-    assert defaults == {"state": "'ready'::text", "attempts": "0", "generation": "0"}
+    assert defaults == {"state": "'ready'::text", "attempts": "0", "generation": "0", "expired_leases": "0"}
 
 
 def test_the_claim_index_is_partial_and_serves_the_claim_order(queue: Any) -> None:

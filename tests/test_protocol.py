@@ -527,7 +527,7 @@ def tables(db: Path) -> dict[str, int]:
 
 def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock) -> None:
     queue = Store(db, clock=clock)
-    # Schema version 2: the queue's own tables are messages and receipts; the
+    # Schema version 3: the queue's own tables are messages and receipts; the
     # ledger's effects table is the reference application's, added by ledger.install.
     assert tables(db) == {"messages": 1, "receipts": 1}
     ledger.install(queue)
@@ -537,7 +537,8 @@ def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock
         fks = conn.execute("PRAGMA foreign_key_list(effects)").fetchall()
     assert tables(db) == {"messages": 1, "receipts": 1, "effects": 1}
     assert columns["messages"] == ["event_id", "payload", "state", "attempts", "generation",
-                                   "available_at", "lease_until", "last_error", "last_detail"]
+                                   "available_at", "lease_until", "last_error", "last_detail",
+                                   "enqueued_at", "done_at", "expired_leases", "payload_sha256"]
     assert columns["effects"] == ["event_id", "category", "amount_cents"]
     assert [(fk[2], fk[3], fk[4]) for fk in fks] == [("messages", "event_id", "event_id")]
 
