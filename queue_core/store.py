@@ -352,11 +352,14 @@ class Store:
         self._closed = False
         if self.url is not None:
             conn = self._thread_connection()
-            if not create and not engine_postgres.has_schema(conn):  # type: ignore[arg-type]
-                self.close()
-                raise WrongPath(f"no queue database at {self._where}", code="no_database")
-            engine_postgres.prepare(conn, known_version=database.SCHEMA_VERSION,  # type: ignore[arg-type]
-                                    where=self._where)
+            try:
+                if not create and not engine_postgres.has_schema(conn):  # type: ignore[arg-type]
+                    raise WrongPath(f"no queue database at {self._where}", code="no_database")
+                engine_postgres.prepare(conn, known_version=database.SCHEMA_VERSION,  # type: ignore[arg-type]
+                                        where=self._where)
+            except BaseException:
+                self.close()  # a refused database keeps no connection of ours
+                raise
             return
         version = database.inspect(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
         if version < database.SCHEMA_VERSION:

@@ -406,3 +406,48 @@ def test_a_connection_the_server_ends_before_commit_is_a_storage_error_and_a_ret
             store.complete(lease, Handler())
         assert ledger.effects(store) == [("E0001", "book", 250)]
         assert backend[0] != store.read(lambda tx: tx.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+
+# ------------------------------------------------------------------ schema versions
+
+V3_COLUMNS = ("enqueued_at", "done_at", "expired_leases", "payload_sha256")
+
+
+def test_a_version_2_database_moves_to_version_3_and_no_row_changes_meaning(url: str, clock: ModelClock) -> None:
+    import psycopg
+
+    with Store(url, clock=clock) as store:
+        ledger.install(store)
+        store.enqueue(line("E0001") + line("E0002", "toy") + line("E0003"))
+        work(store, Handler(), max_messages=2)
+    with psycopg.connect(url, autocommit=True) as conn:  # as version 2 of queue_core left it
+        for column in V3_COLUMNS:
+            conn.execute(f"ALTER TABLE messages DROP COLUMN {column}")
+        conn.execute("UPDATE queue_core_schema SET version = 2")
+        old = "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, last_detail"
+        before = conn.execute(f"SELECT {old} FROM messages ORDER BY event_id").fetchall()
+    with Store(url, clock=clock, create=False) as store:
+        metrics = store.metrics()
+        assert dict(metrics.messages) == {"ready": 1, "leased": 0, "done": 1, "dead": 1}
+        assert (metrics.oldest_ready_age, metrics.enqueue_to_done.count) == (None, 0)  # times unknown: left out
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (3,)
+        assert conn.execute(f"SELECT {old} FROM messages ORDER BY event_id").fetchall() == before
+        assert conn.execute("SELECT count(*) FROM messages WHERE enqueued_at IS NULL AND done_at IS NULL"
+                            " AND expired_leases = 0 AND payload_sha256 IS NULL").fetchone() == (3,)
+
+
+def test_a_newer_schema_version_is_refused_and_nothing_is_changed(url: str, clock: ModelClock) -> None:
+    import psycopg
+
+    Store(url, clock=clock).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE queue_core_schema SET version = 4")
+        conn.execute("ALTER TABLE messages DROP COLUMN payload_sha256")  # a change this version would undo
+    with pytest.raises(StorageError) as refused:
+        Store(url, clock=clock)
+    assert refused.value.code == "schema_too_new" and "schema version 4" in str(refused.value)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (4,)
+        assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'messages'"
+                            " AND column_name = 'payload_sha256'").fetchone() == (0,)
