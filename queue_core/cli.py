@@ -27,7 +27,7 @@ from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
 from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
 from .ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS, Handler, Report
-from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS, STATES, Message, Store
+from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS, STATES, Message, Metrics, Store
 from .prometheus import exposition
 from .worker import WorkSummary, work
 
@@ -277,11 +277,15 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     elif args.command == "prune":
         _print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
-        snapshot = ledger.report(store)
+        # The counts, the money and the metrics from one snapshot: they agree with each other.
+        snapshot, metrics = store.read(
+            lambda view: (Report(store.status_tx(view), ledger.totals_tx(view)), store.metrics_tx(view)))
         if args.json:
-            _print_json(snapshot.to_dict(), out)
+            data = snapshot.to_dict()
+            data["metrics"] = {k: v for k, v in metrics.to_dict().items() if k != "messages"}
+            _print_json(data, out)
         else:
-            out.write(_status_table(snapshot))
+            out.write(_status_table(snapshot, metrics))
     elif args.command == "dead":
         letters = store.dead_letters()
         if args.json:
@@ -374,10 +378,20 @@ def _print_json(value: Any, out: TextIO) -> None:
     out.write(json.dumps(value, ensure_ascii=False) + "\n")
 
 
-def _status_table(snapshot: Report) -> str:
+def _status_table(snapshot: Report, metrics: Metrics) -> str:
     data = snapshot.to_dict()
     lines = ["state    messages"]
     lines += [f"{state:<8} {data['messages'][state]:>8}" for state in STATES]
+    lines.append("")
+    age = metrics.oldest_ready_age
+    lines.append(f"oldest ready: {'none' if age is None else f'{age} s'}")
+    latency = metrics.enqueue_to_done
+    lines.append(f"enqueue to done: p50 {latency.p50} s, p95 {latency.p95} s, max {latency.max} s "
+                 f"over {latency.count} message{'s' if latency.count != 1 else ''}" if latency.count else "enqueue to done: no timed message yet")
+    dead = ", ".join(f"{count} after {attempts} attempt{'s' if attempts != 1 else ''}"
+                     for attempts, count in metrics.dead_attempts.items())
+    lines.append(f"dead: {dead or 'none'}")
+    lines.append(f"expired leases taken over: {metrics.expired_leases}, pruned payloads: {metrics.pruned}")
     effects = data["effects"]
     lines.append("")
     lines.append(f"effects: {effects['count']}, total_cents: {effects['total_cents']}")
