@@ -1141,15 +1141,19 @@ class Store:
     def prune_tx(self, tx: Tx, older_than_seconds: int) -> Pruned:
         """``prune`` inside the caller's transaction."""
         cutoff = tx.now() - older_than_seconds
-        rows = tx.execute(
-            "SELECT event_id, payload FROM messages "
-            "WHERE state = 'done' AND payload_sha256 IS NULL AND done_at IS NOT NULL AND done_at <= ?",
-            (cutoff,)).fetchall()
-        if rows:
+        pruned = 0
+        while True:  # in chunks, so that memory stays flat however many payloads go
+            rows = tx.execute(
+                "SELECT event_id, payload FROM messages "
+                "WHERE state = 'done' AND payload_sha256 IS NULL AND done_at IS NOT NULL AND done_at <= ? "
+                "ORDER BY event_id LIMIT ?", (cutoff, _PRUNE_CHUNK)).fetchall()
+            if not rows:
+                break
             tx.conn.executemany("UPDATE messages SET payload = '{}', payload_sha256 = ? WHERE event_id = ?",
                                 [(payload_digest(payload), event_id) for event_id, payload in rows])
+            pruned += len(rows)
         unknown = tx.execute("SELECT count(*) FROM messages WHERE state = 'done' AND done_at IS NULL").fetchone()[0]
-        return Pruned(pruned=len(rows), unknown_age=int(unknown))
+        return Pruned(pruned=pruned, unknown_age=int(unknown))
 
     def message(self, event_id: str) -> Message:
         """One stored message, as stored."""
@@ -1179,6 +1183,9 @@ _ROW_LOCK: Final = {
     "sqlite": {"claim": "", "message": ""},
     "postgresql": {"claim": " FOR UPDATE SKIP LOCKED", "message": " FOR UPDATE"},
 }
+
+# Payloads prune reads and rewrites per statement.
+_PRUNE_CHUNK = 1_000
 
 # Rows per INSERT statement on enqueue: 4 bound values each, far below
 # SQLite's 32,766-variable limit and PostgreSQL's 65,535.

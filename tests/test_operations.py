@@ -170,3 +170,17 @@ def test_the_reference_report_still_adds_up_after_pruning(store: Store, clock: M
     assert store.prune(30).pruned == 20
     assert ledger.report(store).to_dict()["effects"] == {"count": 20, "total_cents": 210,
                                                          "by_category": {"book": 210}}
+
+
+def test_prune_works_in_chunks_and_prunes_them_all(store: Store, clock: ModelClock,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import queue_core.store
+
+    monkeypatch.setattr(queue_core.store, "_PRUNE_CHUNK", 7)  # 20 payloads: three chunks and a rest
+    store.enqueue(batch(*(line(f"E{n:04d}", amount_cents=n) for n in range(1, 21))))
+    for n in range(1, 21):
+        finish(store, f"E{n:04d}")
+    assert store.prune(0).pruned == 20
+    assert all(m.pruned for m in store.messages())
+    again = store.enqueue(batch(*(line(f"E{n:04d}", amount_cents=n) for n in range(1, 21))))
+    assert (again.accepted, again.duplicates) == (0, 20)
