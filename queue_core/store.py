@@ -1,9 +1,10 @@
 """The queue's protocol: every transaction over ``messages`` lives here.
 
-One ``Store`` is one queue in one SQLite file. Each protocol operation is one
-short write transaction that starts with ``BEGIN IMMEDIATE`` *before* it
-reads, so that choosing a message and taking it are serialised with every
-other writer.
+One ``Store`` is one queue: one SQLite file, or one PostgreSQL database
+(``engine_postgres.py`` holds what differs there). Each protocol operation is
+one short write transaction. On SQLite it starts with ``BEGIN IMMEDIATE``
+*before* it reads, so that choosing a message and taking it are serialised
+with every other writer; on PostgreSQL it locks the rows it takes instead.
 
 The store knows no business. Completing a message means: a fenced check, the
 *caller's* writes in the same transaction, a re-check, the ACK. Both ways in:
@@ -296,7 +297,7 @@ class Handler(Protocol):
 
 
 class Store:
-    """A queue in one SQLite file.
+    """A queue in one SQLite file, or in one PostgreSQL database (a ``postgresql://`` URL).
 
     A store keeps one connection per thread until ``close()``; use it as
     ``with Store(path) as store:``. A store dropped without ``close()`` keeps
