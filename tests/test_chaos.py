@@ -3,31 +3,62 @@
 ``queue_core.testing.chaos.chaos`` (the quick run; ``python scripts/chaos.py --long``
 for a deeper one) and ``queue_core.testing.chaos.contention``. Each run leaves a
 record in ``test-artifacts/evidence/`` that the page "How we know" shows.
+The random-kill run is made twice: on a new SQLite file, and against a fresh
+database of the session's real PostgreSQL server (tests/postgres_server.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from queue_core import Handler, ModelClock, Store, ledger, work
 from queue_core.store import BUSY_TIMEOUT_MS
 from queue_core.testing import records
-from queue_core.testing.chaos import QUICK, ChaosResult, ContentionResult, chaos, contention
+from queue_core.testing.chaos import QUICK, ChaosResult, ContentionResult, _unique_key_refusals, chaos, contention
+from queue_core.testing.invariants import check_invariants, read_file
+
+from .postgres_server import PORT, SERVER_USER, Cluster
 
 RECORDS = Path(__file__).resolve().parent.parent / "test-artifacts" / "evidence"  # the page reads them here
+ENGINES = ("sqlite", "postgresql")
+RECORD_NAMES = {"sqlite": "chaos", "postgresql": "chaos-postgresql"}
 
 
 @pytest.fixture(scope="module")
-def random_kills(tmp_path_factory: pytest.TempPathFactory) -> ChaosResult:
-    folder = tmp_path_factory.mktemp("chaos")
+def chaos_database(postgres_cluster: Cluster) -> Iterator[str]:
+    """A fresh database for the PostgreSQL run, shared by this module's tests of it.
+
+    (conftest's ``postgres_url`` is made per test; the run is made once per module.)
+    """
+    name = postgres_cluster.create_database()
+    try:
+        yield f"postgresql://{SERVER_USER}@/{name}?host={postgres_cluster.root}&port={PORT}"
+    finally:
+        postgres_cluster.drop_database(name)
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def random_kills(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ChaosResult:
+    engine = str(request.param)
+    target = request.getfixturevalue("chaos_database") if engine == "postgresql" else None
+    folder = tmp_path_factory.mktemp(f"chaos-{engine}")
     began = time.monotonic()
-    result = chaos(folder, **QUICK)
-    records.save_record("chaos", QUICK, result, by="tests/test_chaos.py",
+    result = chaos(folder, **QUICK, target=target)
+    records.save_record(RECORD_NAMES[engine], QUICK, result, by="tests/test_chaos.py",
                         seconds=time.monotonic() - began, folder=RECORDS)
     return result
+
+
+@pytest.fixture
+def engine_of_the_run(request: pytest.FixtureRequest) -> str:
+    """The engine the module's ``random_kills`` run of this test was asked for."""
+    return str(request.node.callspec.params["random_kills"])
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +81,16 @@ def test_random_kills_lose_nothing_and_double_nothing(random_kills: ChaosResult)
     assert c.ok
 
 
-def test_random_kills_really_happened_over_thousands_of_events(random_kills: ChaosResult) -> None:
+def test_random_kills_really_happened_over_thousands_of_events(random_kills: ChaosResult,
+                                                               engine_of_the_run: str) -> None:
     c = random_kills
+    assert c.engine == engine_of_the_run  # the run read back the engine it was given
     assert c.events >= 2000
     assert c.rounds == QUICK["rounds"]
     assert c.worker_kills >= c.rounds // 2  # one to five tries per round, if a victim is alive
     assert c.worker_kills_with_the_file_open > 0
+    # Most kills land once the victim has the database open (the run waits for that: VICTIM_WAIT_SECONDS).
+    assert c.worker_kills_with_the_file_open * 2 >= c.worker_kills
 
 
 def test_no_process_failed_except_by_a_kill(random_kills: ChaosResult) -> None:
@@ -86,27 +121,113 @@ def test_the_results_round_trip_through_their_json(random_kills: ChaosResult, cr
     for result in (random_kills, crowd):
         data = json.loads(json.dumps(result.to_dict()))
         assert type(result).from_dict(data) == result
-    saved = records.load_record("chaos", QUICK, folder=RECORDS)
+    saved = records.load_record(RECORD_NAMES[random_kills.engine], QUICK, folder=RECORDS)
     if saved is not None:  # a read-only tree keeps no record
         assert ChaosResult.from_dict(saved.result) == random_kills
 
 
-def test_an_effect_insert_refused_by_the_unique_key_counts_as_a_double(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_effect_insert_refused_by_the_unique_key_counts_as_a_double(
+        engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # A clash in the effect INSERT no longer escapes the worker: the store records it on the message
-    # (handler_error, "IntegrityError: UNIQUE constraint failed ..."). The runs count it as a double.
-    from queue_core import Handler, ModelClock, Store, ledger
-    from queue_core.testing.chaos import _unique_key_refusals
-    from queue_core.testing.invariants import read_file
-
-    db = tmp_path / "q.sqlite3"
-    store = Store(db, clock=ModelClock(1000))
-    ledger.install(store)
-    store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
-    assert _unique_key_refusals(read_file(db)) == 0
-    with store.transaction() as tx:  # a buggy client wrote the effect without the ACK
-        tx.execute("INSERT INTO effects VALUES ('E0001', 'pen', 1)")
-    lease = store.claim(2)
-    assert lease is not None
-    completion = store.complete(lease, Handler())
-    assert (completion.outcome.value, completion.error) == ("retry", "handler_error")
+    # (handler_error, "IntegrityError: UNIQUE constraint failed ..." on SQLite, "... duplicate key value
+    # violates unique constraint ..." on PostgreSQL). The runs count it as a double.
+    db: str | Path = request.getfixturevalue("postgres_url") if engine == "postgresql" else tmp_path / "q.sqlite3"
+    with Store(db, clock=ModelClock(1000)) as store:
+        ledger.install(store)
+        store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
+        assert _unique_key_refusals(read_file(db)) == 0
+        with store.transaction() as tx:  # a buggy client wrote the effect without the ACK
+            tx.execute("INSERT INTO effects VALUES ('E0001', 'pen', 1)")
+        lease = store.claim(2)
+        assert lease is not None
+        completion = store.complete(lease, Handler())
+        assert (completion.outcome.value, completion.error) == ("retry", "handler_error")
     assert _unique_key_refusals(read_file(db)) == 1
+
+
+def _line(event_id: str, amount_cents: int) -> str:
+    return json.dumps({"event_id": event_id, "payload": {"category": "pen", "amount_cents": amount_cents}}) + "\n"
+
+
+def test_the_postgresql_reader_reports_what_was_planted(postgres_url: str) -> None:
+    # A negative control of the checker on PostgreSQL: a clean queue passes, then each violation planted
+    # by raw SQL (what the protocol never writes) is reported.
+    import psycopg
+
+    with Store(postgres_url, clock=ModelClock(1000)) as store:
+        ledger.install(store)
+        store.enqueue(_line("E0001", 100) + _line("E0002", 200) + _line("E0003", 300))
+        work(store, Handler(), max_messages=2)
+    clean = read_file(postgres_url)
+    assert (clean.engine, clean.integrity, clean.foreign_key_errors) == ("postgresql", ("ok",), 0)
+    assert [m.state for m in clean.messages] == ["done", "done", "ready"]
+    assert clean.effects == (("E0001", "pen", 100), ("E0002", "pen", 200))
+    assert check_invariants(postgres_url, finished=False, expected_total=300) == []
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE messages SET state = 'done' WHERE event_id = 'E0003'")  # an ACK without its effect
+        found = check_invariants(postgres_url, finished=False)
+        assert found == ["E0003 is done with 0 effects and no receipt of its operation (lost)"]
+
+        # An effect whose message does not exist: the foreign key's trigger is off in replica mode.
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("INSERT INTO effects VALUES ('E0009', 'pen', 5)")
+        conn.execute("SET session_replication_role = DEFAULT")
+        assert read_file(postgres_url).foreign_key_errors == 1
+        found = check_invariants(postgres_url, finished=False)
+        assert "foreign keys (anti-join): 1 dangling reference(s)" in found
+        assert "effect of E0009 without a done message (no message)" in found
+
+        # A row that breaks a CHECK: the constraint added back NOT VALID never looked at it.
+        conn.execute("ALTER TABLE effects DROP CONSTRAINT effects_amount_positive")
+        conn.execute("UPDATE effects SET amount_cents = -1 WHERE event_id = 'E0001'")
+        conn.execute("ALTER TABLE effects ADD CONSTRAINT effects_amount_positive CHECK (amount_cents > 0) NOT VALID")
+        assert read_file(postgres_url).integrity == ("effects: 1 row(s) break CHECK effects_amount_positive",)
+        found = check_invariants(postgres_url, finished=False)
+        assert "constraint re-check: effects: 1 row(s) break CHECK effects_amount_positive" in found
+
+
+def test_the_postgresql_reader_only_reads(postgres_url: str) -> None:
+    # A role that may only SELECT reads the same state and finds the same: the reader needs no write.
+    import psycopg
+
+    with Store(postgres_url, clock=ModelClock(1000)) as store:
+        ledger.install(store)
+        store.enqueue(_line("E0001", 100) + _line("E0002", 200))
+        work(store, Handler())
+    before = read_file(postgres_url)
+    role = f"chaos_reader_{os.getpid()}"  # roles belong to the cluster, not to the test's database
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+            as_reader = postgres_url.replace(f"{SERVER_USER}@", f"{role}@", 1)
+            assert read_file(as_reader) == before
+            assert check_invariants(as_reader, expected_total=300) == []
+            with psycopg.connect(as_reader) as reader, pytest.raises(psycopg.errors.InsufficientPrivilege):
+                reader.execute("DELETE FROM effects")  # the control: this role really cannot write
+        finally:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+    assert read_file(postgres_url) == before
+
+
+def test_the_postgresql_reader_without_a_ledger_and_without_a_database(postgres_url: str) -> None:
+    with Store(postgres_url, clock=ModelClock(1000)) as store:
+        store.enqueue(_line("E0001", 100))
+    state = read_file(postgres_url)
+    assert (state.effects, [m.event_id for m in state.messages]) == ((), ["E0001"])  # no ledger installed yet
+    assert check_invariants(state, finished=False) == []
+    gone = postgres_url.replace("?", "_gone?", 1)  # a database that does not exist
+    [problem] = check_invariants(gone)
+    assert problem.startswith("the database cannot be read:") and "_gone" in problem
+
+
+def test_the_chaos_run_refuses_a_target_it_cannot_run_on(tmp_path: Path, postgres_url: str) -> None:
+    with pytest.raises(ValueError, match="postgresql:// URL"):
+        chaos(tmp_path, target=str(tmp_path / "q.sqlite3"))
+    with Store(postgres_url, clock=ModelClock(1000)) as store:
+        store.enqueue(_line("E0001", 100))
+    with pytest.raises(ValueError, match="needs an empty database.*1 message"):
+        chaos(tmp_path, rounds=1, target=postgres_url)

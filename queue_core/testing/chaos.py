@@ -3,6 +3,8 @@
 * ``chaos()`` runs several ``queue-core work`` processes on one file and
   SIGKILLs them (and the producer, ``queue-core enqueue``) at random moments,
   round after round, then makes a final pass and checks every invariant.
+  With ``target=`` a ``postgresql://`` URL it runs the same rounds against
+  that (fresh, empty) PostgreSQL database instead of a new file.
 * ``contention()`` starts eight ``queue-core work`` processes while the write
   lock is held for longer than SQLite's busy timeout, so that every one of
   them has to wait, give up, back off and retry; then it reports who did how
@@ -10,7 +12,7 @@
 
 Both return a frozen result (``ChaosResult``, ``ContentionResult``) with
 ``to_dict()`` for JSON. Only the clock is modelled (``--now``); processes,
-kills and SQLite files are real.
+kills, SQLite files and the PostgreSQL server are real.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from .. import ledger
+from .. import engine_postgres, ledger
 from ..clock import ModelClock
 from ..store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
 from ..worker import WorkSummary
@@ -37,7 +39,7 @@ from .invariants import FileState, Payload, check_invariants, finish_queue, loss
 from .matrix import BOOK, PEN, START, TOY, batch_text, work_folder
 
 __all__ = [
-    "LONG", "MAX_EVENTS", "QUEUE_CORE", "QUICK", "ROUND_STEP_SECONDS",
+    "LONG", "MAX_EVENTS", "QUEUE_CORE", "QUICK", "ROUND_STEP_SECONDS", "VICTIM_WAIT_SECONDS",
     "ChaosResult", "ContentionResult", "chaos", "contention",
 ]
 
@@ -47,6 +49,11 @@ LONG: Final[Mapping[str, int]] = {  # 9,900 events
     "rounds": 45, "events_per_round": 220, "workers": 5, "max_kills_per_round": 10}
 MAX_EVENTS: Final = 9_999  # event ids are E0001..E9999 in one file
 ROUND_STEP_SECONDS: Final = 10  # model time between rounds: longer than any lease or backoff of the run
+# How long a worker chosen as the victim may take to open the database before it is killed anyway: far
+# longer than a start takes (about 0.3 s on SQLite, 0.6 s on PostgreSQL, which imports psycopg and waits
+# for a new server backend; several times that on a loaded machine). A shorter wait made most kills of a
+# freshly started worker land before it had opened anything, where they test nothing.
+VICTIM_WAIT_SECONDS: Final = 5.0
 
 R = TypeVar("R")
 
@@ -85,13 +92,69 @@ def _has_open(pid: int, path: Path) -> bool:
     return False
 
 
+def _has_a_socket(pid: int) -> bool:
+    """True if process ``pid`` has a socket open (Linux ``/proc``); True where that cannot be seen."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True  # no /proc: let the server's answer decide alone
+    for fd in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _wait_until_open(process: subprocess.Popen[str], path: Path, timeout: float) -> bool:
+    """Wait until ``process`` has the SQLite file ``path`` open; False if it exits or ``timeout`` passes first.
+
+    Without ``/proc`` (not Linux) nothing can be seen: it gives up after half a second at most.
+    """
+    if not os.path.isdir("/proc/self/fd"):
+        timeout = min(timeout, 0.5)
+    return _wait_until(process, lambda: _has_open(process.pid, path), timeout)
+
+
+def _wait_until(process: subprocess.Popen[str], seen: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
-        if _has_open(process.pid, path):
+        if seen():
             return True
         time.sleep(0.002)
     return False
+
+
+class _Sessions:
+    """Which of the run's processes have a session on the PostgreSQL server (``pg_stat_activity``).
+
+    Each process is started with its own ``PGAPPNAME`` (libpq's
+    ``application_name``); the server lists a client backend under that name
+    in ``pg_stat_activity`` once the process has connected and its session
+    started. That is the PostgreSQL counterpart of "has the file open": the
+    process opened its store and can from then on read and write. (The
+    server is asked only once the process has a socket open, which
+    ``/proc/<pid>/fd`` shows without a query: a process still starting up
+    costs the server nothing.)
+    """
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        if "application_name" in url:
+            raise ValueError("the chaos run names each process's session itself (PGAPPNAME): "
+                             "give a URL without application_name")
+        self._conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True)
+
+    def connected(self, name: str) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend' AND application_name = %s LIMIT 1", (name,)).fetchone()
+        return row is not None
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 @dataclass
@@ -101,7 +164,8 @@ class _Worker:
     process: subprocess.Popen[str]
     started: float
     ended: float | None = None
-    killed: bool = False
+    killed: bool = False  # the run sent it a SIGKILL
+    opened: bool = False  # it had the database open when the SIGKILL was sent
 
 
 @dataclass(frozen=True)
@@ -111,7 +175,10 @@ class _Exit:
     status: int
     summary: WorkSummary | None  # what it printed, if it exited by itself
     stderr: str
+    # Ended by the run's SIGKILL. One sent just after the process exited by itself (between the check
+    # that it runs and the signal) missed it: that process exited cleanly and is no kill.
     killed: bool
+    opened: bool  # killed while it had the database open
     seconds: float
 
     @property
@@ -125,17 +192,45 @@ class _Exit:
 
 
 class _Processes:
-    """Starts the run's processes; kills those still running if the run fails."""
+    """Starts the run's processes; kills those still running if the run fails.
 
-    def __init__(self, db: Path) -> None:
+    ``db`` is the SQLite file or the PostgreSQL URL every process gets as ``--db``.
+    """
+
+    def __init__(self, db: Path | str) -> None:
         self.db = db
         self.started: list[subprocess.Popen[str]] = []
+        self._sessions = _Sessions(db) if isinstance(db, str) else None
+        self._names: dict[int, str] = {}  # pid -> the application_name of its PostgreSQL session
+        # A kill lands at a random moment up to this long after the victim opened the database, so that
+        # kills spread over its setup, its work, and (for a producer) past its COMMIT. On SQLite 0.01 s
+        # already reaches past a producer's COMMIT. A PostgreSQL producer needs about 0.1 s from its
+        # session's start to its exit (it makes sure of the schema and of the ledger's table in two
+        # transactions of their own first): with 0.01 s every kill landed before its batch was written.
+        self.kill_window_seconds = 0.01 if self._sessions is None else 0.15
 
     def start(self, *args: str, now: int) -> subprocess.Popen[str]:
         command = [*QUEUE_CORE, "--db", str(self.db), "--now", str(now), *args]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = None
+        name = f"queue-core-chaos-{os.getpid()}-{len(self.started) + 1}"
+        if self._sessions is not None:
+            env = {**os.environ, "PGAPPNAME": name}
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.started.append(process)
+        self._names[process.pid] = name
         return process
+
+    def wait_until_open(self, process: subprocess.Popen[str], timeout: float) -> bool:
+        """Wait until ``process`` has the database open; False if it exits or ``timeout`` passes first.
+
+        On SQLite: the file is among its open file descriptors (``/proc/<pid>/fd``).
+        On PostgreSQL: the server lists its session (``_Sessions``).
+        """
+        if self._sessions is None:
+            assert isinstance(self.db, Path)
+            return _wait_until_open(process, self.db, timeout)
+        sessions, name = self._sessions, self._names[process.pid]
+        return _wait_until(process, lambda: _has_a_socket(process.pid) and sessions.connected(name), timeout)
 
     def worker(self, now: int, lease_seconds: int | None = None) -> _Worker:
         extra = ("--lease-seconds", str(lease_seconds)) if lease_seconds is not None else ()
@@ -146,10 +241,12 @@ class _Processes:
             if process.poll() is None:
                 process.kill()
                 process.communicate()
+        if self._sessions is not None:
+            self._sessions.close()
 
 
 @contextmanager
-def _processes(db: Path) -> Iterator[_Processes]:
+def _processes(db: Path | str) -> Iterator[_Processes]:
     processes = _Processes(db)
     try:
         yield processes
@@ -179,7 +276,13 @@ def _exit(worker: _Worker) -> _Exit:
             summary = WorkSummary(**json.loads(out))
         except (ValueError, TypeError):
             summary = None
-    return _Exit(status, summary, err.strip(), worker.killed, (worker.ended or 0) - worker.started)
+    killed = worker.killed and status == -signal.SIGKILL
+    return _Exit(status, summary, err.strip(), killed, killed and worker.opened,
+                 (worker.ended or 0) - worker.started)
+
+
+# How each engine words a refusal by a unique key: SQLite's IntegrityError, PostgreSQL's (in a StorageError).
+_UNIQUE_KEY_REFUSALS: Final = ("UNIQUE constraint failed", "duplicate key value violates unique constraint")
 
 
 def _unique_key_refusals(state: FileState) -> int:
@@ -188,8 +291,8 @@ def _unique_key_refusals(state: FileState) -> int:
     (The store records a handler's unexpected exception as ``handler_error``
     with the exception in ``last_detail``.)
     """
-    return sum(1 for m in state.messages
-               if m.last_error == HANDLER_ERROR and "UNIQUE constraint failed" in (m.last_detail or ""))
+    return sum(1 for m in state.messages if m.last_error == HANDLER_ERROR
+               and any(words in (m.last_detail or "") for words in _UNIQUE_KEY_REFUSALS))
 
 
 # ===================================================================== contention
@@ -284,9 +387,15 @@ def contention(workdir: str | Path | None = None, *, workers: int = 8, events: i
 
 @dataclass(frozen=True)
 class ChaosResult(_Result):
-    """What ``chaos()`` did and found."""
+    """What ``chaos()`` did and found.
+
+    ``engine`` is ``"sqlite"`` or ``"postgresql"``. "With the file open"
+    (``worker_kills_with_the_file_open``) means, on PostgreSQL, that the
+    server listed the worker's session (it had connected; see ``_Sessions``).
+    """
 
     seed: int
+    engine: str
     rounds: int
     workers_at_once: int
     lease_seconds: int
@@ -333,8 +442,7 @@ class _Tally:
     producer_resends: int = 0
     producer_kills_after_its_commit: int = 0
     worker_processes: int = 0
-    worker_kills: int = 0
-    worker_kills_with_the_file_open: int = 0
+    worker_kills_sent: int = 0  # SIGKILLs sent; the exits say which of them killed (``_Exit.killed``)
     exits: list[_Exit] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
@@ -367,6 +475,7 @@ def chaos(
     lease_seconds: int = 2,
     seed: int | None = None,
     progress: Callable[[str], None] | None = None,
+    target: str | None = None,
 ) -> ChaosResult:
     """Random SIGKILLs of real ``queue-core`` processes on one file, round after round; then a final pass.
 
@@ -389,9 +498,19 @@ def chaos(
     redriven, and the queue is finished again. Then every invariant is checked:
     every valid event done with exactly one effect, every toy dead with its
     reason, and the money exact.
+
+    ``target``: a ``postgresql://`` URL of a fresh, empty database to run
+    against instead of a new SQLite file in ``workdir`` (which still holds the
+    batch files). Every process gets the URL as ``--db``; "once it has the
+    file open" then means once the server lists its session
+    (``pg_stat_activity``, by the ``PGAPPNAME`` it was started with). The
+    final pass and the checker read the database itself, in one read-only
+    snapshot (``invariants.read_file``).
     """
     if rounds * events_per_round > MAX_EVENTS:
         raise ValueError(f"at most {MAX_EVENTS} events fit in one file (event ids E0001..E9999)")
+    if target is not None and not engine_postgres.is_url(target):
+        raise ValueError(f"target must be a postgresql:// URL (or None for a new SQLite file), got {target!r}")
     seed = random.SystemRandom().randrange(2**32) if seed is None else seed
     plan = _Plan(rounds, events_per_round, workers, max_kills_per_round, producer_kill_chance, toy_share,
                  stagger_seconds, lease_seconds, random.Random(seed))
@@ -400,8 +519,12 @@ def chaos(
     sent: dict[str, Payload] = {}
     began = time.monotonic()
     with work_folder(workdir) as root:
-        db = root / "queue.sqlite3"
-        Store(db, clock=ModelClock(START))
+        db: Path | str = root / "queue.sqlite3" if target is None else target
+        with Store(db, clock=ModelClock(START)) as store:  # the queue's schema, before any process starts
+            held = len(store.messages())
+        if held:
+            raise ValueError(f"the chaos run needs an empty database: {engine_postgres.safe_url(str(db))} "
+                             f"already holds {held} message(s)")
         now = START
         with _processes(db) as processes:
             for round_number in range(1, rounds + 1):
@@ -410,7 +533,7 @@ def chaos(
                 _produce(processes, batch, now, round_number, plan, tally)
                 _work_and_kill(processes, now, plan, tally)
                 say(f"round {round_number}/{rounds}: {len(sent)} events sent, "
-                    f"{tally.worker_kills} worker kills so far")
+                    f"{tally.worker_kills_sent} worker kills so far")
         expired = _final_pass(db, now + ROUND_STEP_SECONDS, lease_seconds)
         state = read_file(db)
     return _judge(state, sent, tally, plan, seed=seed, redriven=expired, seconds=time.monotonic() - began)
@@ -435,31 +558,38 @@ def _next_batch(plan: _Plan, sent: dict[str, Payload], path: Path, tally: _Tally
 
 def _produce(processes: _Processes, batch: tuple[Path, int], now: int, round_number: int, plan: _Plan,
              tally: _Tally) -> None:
-    """The producer: maybe killed once it has the file open, then it resends the batch until it hears an answer."""
+    """The producer: maybe killed once it has the file open, then it resends the batch until it hears an answer.
+
+    A kill counts if the producer died of it (one sent just after it exited by
+    itself missed). It came after the producer's COMMIT if the resend then
+    finds every line already stored (``accepted`` 0).
+    """
     path, new = batch
     kill = plan.rng.random() < plan.producer_kill_chance
+    killed_before = False  # an earlier send of this batch died of a kill
     while True:
         producer = processes.start("enqueue", str(path), now=now)
-        killed = False
+        signalled = False
         if kill:
             kill = False
-            if _wait_until_open(producer, processes.db, timeout=5):
-                time.sleep(plan.rng.uniform(0, 0.01))
+            if processes.wait_until_open(producer, timeout=5):
+                time.sleep(plan.rng.uniform(0, processes.kill_window_seconds))
             if producer.poll() is None:
                 producer.kill()
-                killed = True
-                tally.producer_kills += 1
+                signalled = True
         out, err = producer.communicate(timeout=120)
         if producer.returncode == 0:
             answer = json.loads(out)
             if answer["accepted"] not in (0, new):
                 tally.violations.append(f"round {round_number}: a batch was stored in part: {answer}")
-            if killed and answer["accepted"] == 0:
+            if killed_before and answer["accepted"] == 0:
                 tally.producer_kills_after_its_commit += 1
             return
-        if producer.returncode != -signal.SIGKILL:
+        if producer.returncode != -signal.SIGKILL or not signalled:
             tally.violations.append(f"round {round_number}: the producer failed: {err.strip()[-300:]}")
             return
+        tally.producer_kills += 1
+        killed_before = True
         tally.producer_resends += 1
 
 
@@ -482,29 +612,29 @@ def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) 
             continue
         time.sleep(rng.uniform(0.0, 0.12))
         victim = rng.choice(alive)
-        opened = _wait_until_open(victim.process, processes.db, timeout=0.5)
+        opened = processes.wait_until_open(victim.process, timeout=VICTIM_WAIT_SECONDS)
         if opened:
-            time.sleep(rng.uniform(0, 0.01))
+            time.sleep(rng.uniform(0, processes.kill_window_seconds))
         if victim.process.poll() is None:
             victim.process.send_signal(signal.SIGKILL)
-            victim.killed = True
-            tally.worker_kills += 1
-            tally.worker_kills_with_the_file_open += opened
+            victim.killed, victim.opened = True, opened
+            tally.worker_kills_sent += 1
             crowd.append(start(crowd.index(victim)))
         kills -= 1
     tally.exits += _wait_all(crowd)
 
 
-def _final_pass(db: Path, now: int, lease_seconds: int) -> int:
+def _final_pass(db: Path | str, now: int, lease_seconds: int) -> int:
     """A fresh worker finishes the queue; the operator redrives what the kills pushed to dead, and again.
 
-    Returns how many ``lease_expired`` dead letters were redriven.
+    ``db`` is the file or the PostgreSQL URL. Returns how many ``lease_expired`` dead letters were redriven.
     """
     now = finish_queue(db, now, lease_seconds=lease_seconds)
-    store = Store(db, clock=ModelClock(now), create=False)
-    expired = [m.event_id for m in store.dead_letters() if m.last_error == LEASE_EXPIRED]
+    with Store(db, clock=ModelClock(now), create=False) as store:
+        expired = [m.event_id for m in store.dead_letters() if m.last_error == LEASE_EXPIRED]
+        if expired:
+            store.redrive(expired)
     if expired:
-        store.redrive(expired)
         finish_queue(db, now, lease_seconds=lease_seconds)
     return len(expired)
 
@@ -521,13 +651,16 @@ def _judge(state: FileState, sent: Mapping[str, Payload], tally: _Tally, plan: _
     lost, doubled = losses_and_doubles(state, sent, valid)
     # An effect INSERT refused by the unique key was an attempt to double: count it, wherever it shows.
     doubled += _unique_key_refusals(state)
-    doubled += sum("constraint_violation" in e.stderr or "UNIQUE constraint" in e.stderr for e in tally.exits)
+    doubled += sum("constraint_violation" in e.stderr or any(words in e.stderr for words in _UNIQUE_KEY_REFUSALS)
+                   for e in tally.exits)
     errors = [e for e in tally.exits if e.error]
     violations += [f"a worker exited with {e.status}: {e.stderr[-300:]}" for e in errors]
     clean = [e.summary for e in tally.exits if e.summary]
+    worker_kills = sum(e.killed for e in tally.exits)
     by_state = Counter(m.state for m in state.messages)
     return ChaosResult(
         seed=seed,
+        engine=state.engine,
         rounds=plan.rounds,
         workers_at_once=plan.workers,
         lease_seconds=plan.lease_seconds,
@@ -541,9 +674,9 @@ def _judge(state: FileState, sent: Mapping[str, Payload], tally: _Tally, plan: _
         producer_resends=tally.producer_resends,
         producer_kills_after_its_commit=tally.producer_kills_after_its_commit,
         worker_processes=tally.worker_processes,
-        worker_kills=tally.worker_kills,
-        worker_kills_with_the_file_open=tally.worker_kills_with_the_file_open,
-        kills=tally.worker_kills + tally.producer_kills,
+        worker_kills=worker_kills,
+        worker_kills_with_the_file_open=sum(e.opened for e in tally.exits),
+        kills=worker_kills + tally.producer_kills,
         clean_worker_exits=len(clean),
         worker_errors=len(errors),
         tracebacks=sum(e.traceback for e in tally.exits),

@@ -4,7 +4,9 @@
 violated invariants (empty: all hold). It opens the file **read-only**
 (``mode=ro``) and uses plain SQL on purpose: it inspects the result of the
 protocol, it does not drive it, so it must not share the code it judges
-(``Store``) and must not be able to change what it looks at.
+(``Store``) and must not be able to change what it looks at. ``db`` may also
+be a ``postgresql://`` URL: the database is then read with psycopg in one
+``REPEATABLE READ READ ONLY`` transaction (see ``read_file``).
 
 ``finish_queue(db, now)`` is the other half of every experiment: a fresh
 worker of the reference application (``queue_core.ledger``) that finishes the
@@ -20,13 +22,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import ledger
+from .. import engine_postgres, ledger
 from ..clock import ModelClock
 from ..receipts import ReceiptHandler
 from ..store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Message, Store
 from ..worker import work
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg.sql
 
 Payload = Mapping[str, Any]
 EffectRow = tuple[str, str, int]  # event_id, category, amount_cents
@@ -40,13 +46,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class FileState:
-    """Everything the checker reads from a queue file, in one read transaction."""
+    """Everything the checker reads from a queue file (or database), in one read transaction.
+
+    ``integrity`` is ``("ok",)`` or the problems found: on SQLite what
+    ``PRAGMA integrity_check`` says; on PostgreSQL, which has no such check,
+    the re-check of every declared constraint against the stored rows (see
+    ``read_file``). ``foreign_key_errors`` counts rows whose foreign key names
+    no row (``PRAGMA foreign_key_check``; on PostgreSQL an anti-join per
+    foreign key). ``engine`` says which of the two read it.
+    """
 
     integrity: tuple[str, ...]
     foreign_key_errors: int
     messages: tuple[Message, ...]
     effects: tuple[EffectRow, ...]
     receipts: tuple[ReceiptRow, ...] = ()
+    engine: str = "sqlite"
 
     def message(self, event_id: str) -> Message | None:
         return next((m for m in self.messages if m.event_id == event_id), None)
@@ -89,7 +104,24 @@ def read_file(db: str | Path) -> FileState:
     (an application that was never installed has no effects).
     The connection may leave empty ``-wal``/``-shm`` files beside the database:
     a read-only connection may not delete them. The next writer reuses them.
+
+    A ``postgresql://`` URL is read with psycopg (not through ``Store``) in one
+    ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`` transaction, one
+    snapshot for every read, which the server refuses to let write anything.
+    PostgreSQL has no ``PRAGMA integrity_check``; what stands in for it is a
+    re-check, in that snapshot, of every constraint the tables of the current
+    schema declare, against their rows: each CHECK re-evaluated on every row
+    (also one added ``NOT VALID``, which never checked the rows it found),
+    each NOT NULL column, and each primary and unique key for duplicates,
+    with index scans turned off so that the rows themselves are read, not an
+    index that might disagree with them. It does not check pages or index
+    structure (that would need the ``amcheck`` extension installed).
+    Foreign keys: an anti-join per foreign key counts the rows that name no
+    row (an effect whose ``event_id`` has no message).
+    Psycopg's errors (``psycopg.Error``) propagate, as sqlite3's do for a file.
     """
+    if engine_postgres.is_url(db):
+        return _read_postgres(str(db))
     conn = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
     try:
         conn.execute("BEGIN")  # one consistent snapshot for all the reads below
@@ -111,6 +143,119 @@ def read_file(db: str | Path) -> FileState:
     finally:
         conn.close()
     return FileState(integrity, foreign, messages, effects, receipts)
+
+
+def _read_postgres(url: str) -> FileState:
+    """``read_file`` for a PostgreSQL database: one read-only snapshot (psycopg imported only here)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            # Read the rows themselves (sequential scans), not an index that could disagree with them.
+            for setting in ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"):
+                conn.execute(f"SET LOCAL {setting} = off")
+            integrity = _postgres_constraint_recheck(conn)
+            foreign = _postgres_dangling_references(conn)
+            messages = tuple(Message(*row) for row in conn.execute(
+                "SELECT event_id, payload, state, attempts, generation, available_at, lease_until, last_error,"
+                " last_detail FROM messages ORDER BY event_id COLLATE \"C\""))
+            has_effects = conn.execute("SELECT to_regclass('effects') IS NOT NULL").fetchone()
+            effects: tuple[EffectRow, ...] = tuple(
+                (str(e), str(c), int(a)) for e, c, a in conn.execute(
+                    "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id COLLATE \"C\"")
+            ) if has_effects and has_effects[0] else ()
+            receipts: tuple[ReceiptRow, ...] = tuple(
+                (str(t), str(o), str(p), str(e)) for t, o, p, e in conn.execute(
+                    "SELECT tenant, operation, payload, effect FROM receipts"
+                    " ORDER BY tenant COLLATE \"C\", operation COLLATE \"C\""))
+        finally:
+            conn.execute("ROLLBACK")  # also ends a transaction a failed read left aborted
+    return FileState(integrity, foreign, messages, effects, receipts, engine="postgresql")
+
+
+# The declared constraints of the tables in the current schema: CHECK ('c'), primary key ('p'),
+# unique ('u') and foreign key ('f'), with their columns in key order and, for a CHECK, its expression.
+_CONSTRAINTS = """
+SELECT t.relname::text, c.conname::text, c.contype::text, pg_get_expr(c.conbin, c.conrelid),
+       ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.n),
+       f.relname::text,
+       ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY AS k(attnum, n)
+             JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum ORDER BY k.n)
+FROM pg_constraint c
+JOIN pg_class t ON t.oid = c.conrelid
+JOIN pg_namespace s ON s.oid = t.relnamespace
+LEFT JOIN pg_class f ON f.oid = c.confrelid
+WHERE s.nspname = current_schema() AND t.relkind = 'r' AND c.contype IN ('c', 'p', 'u', 'f')
+ORDER BY t.relname, c.conname
+"""
+
+_NOT_NULL_COLUMNS = """
+SELECT t.relname::text, a.attname::text
+FROM pg_attribute a
+JOIN pg_class t ON t.oid = a.attrelid
+JOIN pg_namespace s ON s.oid = t.relnamespace
+WHERE s.nspname = current_schema() AND t.relkind = 'r'
+  AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull
+ORDER BY t.relname, a.attnum
+"""
+
+
+def _postgres_constraint_recheck(conn: psycopg.Connection[Any]) -> tuple[str, ...]:
+    """What stands in for ``PRAGMA integrity_check``: every CHECK, NOT NULL and key, re-checked on the rows."""
+    from psycopg import sql
+
+    problems: list[str] = []
+
+    def count(query: sql.Composed) -> int:
+        return _count(conn, query)
+
+    for table, name, kind, expression, columns, _, _ in conn.execute(_CONSTRAINTS).fetchall():
+        if kind == "c":
+            # The server's own text of the CHECK: a row breaks it where it is false (NULL passes, as in a CHECK).
+            broken = count(sql.SQL("SELECT count(*) FROM {} WHERE NOT ({})").format(
+                sql.Identifier(table), sql.SQL(expression)))
+            what = f"CHECK {name}"
+        elif kind in ("p", "u"):
+            keys = sql.SQL(", ").join(map(sql.Identifier, columns))
+            broken = count(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} GROUP BY {} HAVING count(*) > 1) AS d")
+                           .format(sql.Identifier(table), keys))
+            what = f"{'primary key' if kind == 'p' else 'unique key'} {name} (keys stored twice)"
+        else:
+            continue  # foreign keys: _postgres_dangling_references
+        if broken:
+            problems.append(f"{table}: {broken} row(s) break {what}")
+    for table, column in conn.execute(_NOT_NULL_COLUMNS).fetchall():
+        broken = count(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NULL").format(
+            sql.Identifier(table), sql.Identifier(column)))
+        if broken:
+            problems.append(f"{table}: {broken} row(s) break NOT NULL {column}")
+    return tuple(problems) or ("ok",)
+
+
+def _postgres_dangling_references(conn: psycopg.Connection[Any]) -> int:
+    """Rows whose foreign key names no row, over every foreign key (an anti-join each)."""
+    from psycopg import sql
+
+    dangling = 0
+    for table, _, kind, _, columns, parent, parent_columns in conn.execute(_CONSTRAINTS).fetchall():
+        if kind != "f":
+            continue
+        present = sql.SQL(" AND ").join(sql.SQL("c.{} IS NOT NULL").format(sql.Identifier(c)) for c in columns)
+        match = sql.SQL(" AND ").join(sql.SQL("p.{} = c.{}").format(sql.Identifier(p), sql.Identifier(c))
+                                      for c, p in zip(columns, parent_columns))
+        dangling += _count(conn, sql.SQL(
+            "SELECT count(*) FROM {} AS c WHERE {} AND NOT EXISTS (SELECT 1 FROM {} AS p WHERE {})"
+        ).format(sql.Identifier(table), present, sql.Identifier(parent), match))
+    return dangling
+
+
+def _count(conn: psycopg.Connection[Any], query: psycopg.sql.Composed) -> int:
+    row = conn.execute(query).fetchone()
+    if row is None:  # a count(*) always returns one row
+        raise RuntimeError(f"no row from {query!r}")
+    return int(row[0])
 
 
 def _operation_key(m: Message) -> tuple[str, str] | None:
@@ -135,7 +280,8 @@ def check_invariants(
 ) -> list[str]:
     """Return every violated invariant of the queue file ``db`` (an empty list: all hold).
 
-    Always checked: ``PRAGMA integrity_check`` is ok and no foreign key dangles;
+    Always checked: ``PRAGMA integrity_check`` is ok (on PostgreSQL: every
+    declared constraint holds on the rows, see ``read_file``) and no foreign key dangles;
     each done message has exactly one effect, or none of its own and the proof
     of a receipt (see below); no effect lacks its done message;
     each effect is what its stored payload says (category, amount); a dead
@@ -169,11 +315,16 @@ def check_invariants(
             state = read_file(db)
         except sqlite3.DatabaseError as exc:
             return [f"the file cannot be read: {exc}"]
+        except _postgres_errors(db) as exc:
+            return [f"the database cannot be read: {exc}"]
     violations: list[str] = []
+    postgres = state.engine == "postgresql"
     if state.integrity != ("ok",):
-        violations.append(f"integrity_check: {'; '.join(state.integrity[:3])}")
+        check = "constraint re-check" if postgres else "integrity_check"
+        violations.append(f"{check}: {'; '.join(state.integrity[:3])}")
     if state.foreign_key_errors:
-        violations.append(f"foreign_key_check: {state.foreign_key_errors} dangling reference(s)")
+        check = "foreign keys (anti-join)" if postgres else "foreign_key_check"
+        violations.append(f"{check}: {state.foreign_key_errors} dangling reference(s)")
     violations += _message_violations(state, finished=finished, max_attempts=max_attempts)
     violations += _effect_violations(state)
     violations += _receipt_violations(state)
@@ -182,6 +333,15 @@ def check_invariants(
     if expected_total is not None and state.total_cents != expected_total:
         violations.append(f"money: effects add up to {state.total_cents}, expected {expected_total}")
     return violations
+
+
+def _postgres_errors(db: str | Path) -> tuple[type[Exception], ...]:
+    """psycopg's error class when ``db`` is a URL (imported only then); else nothing to catch."""
+    if not engine_postgres.is_url(db):
+        return ()
+    import psycopg
+
+    return (psycopg.Error,)
 
 
 def _message_violations(state: FileState, *, finished: bool, max_attempts: int) -> list[str]:
@@ -290,9 +450,9 @@ def finish_queue(db: str | Path, now: int, *, categories: Sequence[str] = (), le
                  receipts: bool = False, max_passes: int = 1_000) -> int:
     """A fresh worker finishes the queue: work, let model time pass, until nothing is ready or leased.
 
-    The worker runs the reference application (``ledger.Handler``, plus
-    ``categories``) and installs its table first if the file has none, as
-    ``queue-core work`` does. Time jumps to the next moment something becomes
+    ``db`` is a queue file or a ``postgresql://`` URL. The worker runs the
+    reference application (``ledger.Handler``, plus ``categories``) and
+    installs its table first if the file has none, as ``queue-core work`` does. Time jumps to the next moment something becomes
     claimable (a backoff ends, a lease runs out). Returns the model time at
     which the queue was finished. With ``receipts``, the worker completes
     under a ``ReceiptHandler`` (the operation named by the payload's
