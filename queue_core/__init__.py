@@ -9,7 +9,7 @@ handler ``handler(tx, message)`` or as your own SQL before ``complete_tx``.
 the proof machinery (fault probes, the crashing child, crash matrix, chaos).
 """
 
-from . import ledger, receipts
+from . import ledger, prometheus, receipts
 from .clock import Clock, ModelClock, SystemClock
 from .envelope import Batch, Event, canonical_json, parse_batch
 from .errors import (
@@ -35,10 +35,14 @@ from .store import (
     MAX_ATTEMPTS,
     Completion,
     EnqueueResult,
+    Heartbeat,
+    Latency,
     Lease,
     Message,
+    Metrics,
     Outcome,
     Probe,
+    Pruned,
     Snapshot,
     Store,
     Tx,
@@ -51,6 +55,7 @@ __version__ = "0.2.0"
 __all__ = [
     # the protocol
     "Store", "Tx", "Lease", "Message", "Outcome", "Completion", "EnqueueResult", "Snapshot", "Probe",
+    "Heartbeat", "Metrics", "Latency", "Pruned",
     "DEFAULT_LEASE_SECONDS", "MAX_ATTEMPTS", "backoff_seconds", "work", "WorkSummary",
     # time
     "Clock", "ModelClock", "SystemClock",
@@ -64,4 +69,6 @@ __all__ = [
     "receipts", "Receipt", "ReceiptHandler", "Recorded", "key_from_payload",
     # the reference application
     "ledger", "Handler", "Effect", "Totals", "Report", "DEFAULT_CATEGORIES",
+    # operations: the metrics in Prometheus' text format
+    "prometheus",
 ]

@@ -72,14 +72,20 @@ def storage_error(exc: Exception, url: str) -> StorageError:
     if isinstance(exc, errors.ReadOnlySqlTransaction):
         return StorageError(f"{where}: the database is read-only ({exc})", code="read_only")
     if isinstance(exc, psycopg.OperationalError):
-        return StorageError(f"{where}: the connection to the database server failed ({exc})",
+        return StorageError(f"{where}: the connection to the database server failed ({_one_line(exc)})",
                             code="connection_lost")
-    return StorageError(f"{where}: {exc}", code="storage_error")
+    return StorageError(f"{where}: {_one_line(exc)}", code="storage_error")
 
 
 def safe_url(url: str) -> str:
-    """The URL without a password, for messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    """The URL without a password (``user:password@`` or ``?password=``), for messages."""
+    url = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
+
+
+def _one_line(exc: Exception) -> str:
+    # libpq's messages span lines ("DETAIL:", "HINT:"); the CLI promises one.
+    return " ".join(str(exc).split())
 
 
 class Cursor:
@@ -113,8 +119,9 @@ class Connection:
         self.url = url
         try:
             self._conn = psycopg.connect(url, autocommit=True)
-        except psycopg.Error as exc:
-            raise storage_error(exc, url) from exc
+        except psycopg.Error as exc:  # never connected: nothing was lost, nothing was written
+            raise StorageError(f"{safe_url(url)}: cannot connect to the database server ({_one_line(exc)})",
+                               code="cannot_connect") from None
         # SQLite's busy timeout, here: how long to wait for a row another
         # transaction holds before the store reports the database busy.
         self.execute(f"SET lock_timeout = {int(busy_timeout_ms)}")
@@ -163,12 +170,40 @@ def schema_version(conn: Connection) -> int:
     return 0 if row is None else int(row[0])
 
 
+def open_queue(conn: Connection, *, create: bool, known_version: int, where: str) -> None:
+    """Check the database, then create the queue or move it forward if it must; a current queue is only read.
+
+    Refused, with nothing written: no queue and not ``create`` (``no_database``),
+    a ``messages`` table that is not a queue's (``not_a_queue_database``), a
+    newer schema version (``schema_too_new``), a queue whose ``messages``
+    table is gone (``corrupt``). So a role that may only read can open it.
+    """
+    found = schema_version(conn)
+    if found == known_version:
+        if not _exists(conn, "messages"):
+            raise StorageError(f"{where}: the queue's messages table is missing", code="corrupt")
+        return
+    if found > known_version:
+        raise WrongPath(f"{where} has schema version {found}; this queue_core knows up to {known_version}",
+                        code="schema_too_new")
+    if found == 0 and not create:
+        raise WrongPath(f"no queue database at {where}", code="no_database")
+    prepare(conn, known_version=known_version, where=where)
+
+
+def _exists(conn: Connection, table: str) -> bool:
+    return bool(conn.execute("SELECT to_regclass(?) IS NOT NULL", (table,)).fetchone()[0])
+
+
 def prepare(conn: Connection, *, known_version: int, where: str) -> None:
     """Create the queue's tables, or move an older version forward (idempotent, one transaction).
 
-    A database of a newer version than ``known_version`` is refused before
-    anything runs (``schema_too_new``), as on SQLite.
+    Under the script's own advisory lock the database is looked at again (a
+    second client may have created or moved it meanwhile): a newer version is
+    refused (``schema_too_new``), as on SQLite, and so is a ``messages`` table
+    of another application (``not_a_queue_database``).
     """
+    psycopg = _psycopg()
     script = resources.files("queue_core").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     conn.execute("BEGIN")
     try:
@@ -177,7 +212,13 @@ def prepare(conn: Connection, *, known_version: int, where: str) -> None:
         if found > known_version:
             raise WrongPath(f"{where} has schema version {found}; this queue_core knows up to {known_version}",
                             code="schema_too_new")
-        conn._conn.execute(script)
+        if found == 0 and _exists(conn, "messages"):
+            raise WrongPath(f"{where} has a messages table that is not a queue's; use another database "
+                            "or schema", code="not_a_queue_database")
+        try:
+            conn._conn.execute(script)
+        except psycopg.Error as exc:
+            raise storage_error(exc, conn.url) from exc
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

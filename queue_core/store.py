@@ -52,7 +52,6 @@ from .errors import (
     PermanentFailure,
     StorageError,
     UnknownEvent,
-    WrongPath,
 )
 
 DEFAULT_LEASE_SECONDS: Final = 30
@@ -354,10 +353,8 @@ class Store:
         if self.url is not None:
             conn = self._thread_connection()
             try:
-                if not create and not engine_postgres.has_schema(conn):  # type: ignore[arg-type]
-                    raise WrongPath(f"no queue database at {self._where}", code="no_database")
-                engine_postgres.prepare(conn, known_version=database.SCHEMA_VERSION,  # type: ignore[arg-type]
-                                        where=self._where)
+                engine_postgres.open_queue(conn, create=create,  # type: ignore[arg-type]
+                                           known_version=database.SCHEMA_VERSION, where=self._where)
             except BaseException:
                 self.close()  # a refused database keeps no connection of ours
                 raise

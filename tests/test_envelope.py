@@ -1,7 +1,9 @@
 """The JSONL batch envelope (SPEC "Input: a JSONL batch"), rule by rule, at each boundary.
 
-Everything is fed as real bytes. Whatever is about writing runs against a real
-SQLite file in ``tmp_path``. Each rejection is checked for its code, its line
+Everything is fed as real bytes. Whatever is about writing runs twice
+(conftest.py, BOTH_ENGINES): against a real SQLite file in ``tmp_path`` and
+against a fresh database of the session's throwaway PostgreSQL server, through
+conftest's ``store`` fixture. Each rejection is checked for its code, its line
 (``None`` only for file-level problems) and ``str(exc)``, which must name both.
 """
 
@@ -11,6 +13,8 @@ import itertools
 import json
 import re
 import sqlite3
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +23,8 @@ from hypothesis import strategies as st
 import queue_core
 from queue_core import BatchRejected, InputError, UnknownEvent, canonical_json, parse_batch
 from queue_core import envelope
+
+from .postgres_server import PORT, SERVER_USER
 
 MAX_DEPTH = envelope.MAX_DEPTH
 BOM = b"\xef\xbb\xbf"
@@ -71,16 +77,24 @@ def only_payload(data: bytes) -> str:
 
 
 def row_count(store: queue_core.Store) -> int:
-    conn = sqlite3.connect(store.path)
-    try:
-        return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-    finally:
-        conn.close()
+    """The rows of the messages table, counted with the engine's own driver (not through queue_core)."""
+    query = "SELECT count(*) FROM messages"
+    if store.url is not None:
+        import psycopg
+
+        with psycopg.connect(store.url) as pg:
+            row = pg.execute(query).fetchone()
+    else:
+        conn = sqlite3.connect(store.path)
+        try:
+            row = conn.execute(query).fetchone()
+        finally:
+            conn.close()
+    assert row is not None
+    return int(row[0])
 
 
-@pytest.fixture
-def store(tmp_path):
-    return queue_core.Store(tmp_path / "q.sqlite3", clock=queue_core.ModelClock(1000))
+# ``store`` is conftest's: a fresh queue at model time 1000, on each engine in turn.
 
 
 SEED = ev("E9000", '{"seed":1}') + b"\n" + ev("E9001", '{"seed":2}') + b"\n"
@@ -667,10 +681,23 @@ _values = st.recursive(
 _payloads = st.dictionaries(_text, _values, max_size=6)
 
 
-@pytest.fixture(scope="module")
-def property_store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("property") / "q.sqlite3"
-    return queue_core.Store(path, clock=queue_core.ModelClock(1000)), itertools.count()
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def property_store(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[queue_core.Store, Any]]:
+    """One queue for all of hypothesis's examples (a fixture per example would be rebuilt 150 times)."""
+    clock = queue_core.ModelClock(1000)
+    if request.param == "sqlite":
+        with queue_core.Store(tmp_path_factory.mktemp("property") / "q.sqlite3", clock=clock) as store:
+            yield store, itertools.count()
+        return
+    cluster = request.getfixturevalue("postgres_cluster")  # session-scoped, as conftest's postgres_url uses it
+    name = cluster.create_database()
+    try:
+        with queue_core.Store(f"postgresql://{SERVER_USER}@/{name}?host={cluster.root}&port={PORT}",
+                              clock=clock) as store:
+            yield store, itertools.count()
+    finally:
+        cluster.drop_database(name)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -218,7 +218,7 @@ def test_an_unreachable_server_is_a_storage_error_with_a_code(postgres_cluster: 
     missing = f"postgresql://{SERVER_USER}@/no_such_database?host={postgres_cluster.root}&port={PORT}"
     with pytest.raises(StorageError) as failed:
         Store(missing, clock=ModelClock(1000))
-    assert failed.value.code == "connection_lost"
+    assert failed.value.code == "cannot_connect"
     assert "no_such_database" in str(failed.value)
 
 
