@@ -485,7 +485,7 @@ def test_queue_core_work_batch_prints_the_same_summary_as_work(tmp_path: Path) -
         summary = cli_json(folder, "--db", "q.sqlite3", "--now", 1000, "work", *extra)
         assert set(summary) == SUMMARY_KEYS and all(isinstance(v, int) for v in summary.values())
         results[name] = (summary,
-                         cli_json(folder, "--db", "q.sqlite3", "status", "--json"),
+                         cli_json(folder, "--db", "q.sqlite3", "--now", 1000, "status", "--json"),
                          cli_json(folder, "--db", "q.sqlite3", "dead", "--json"),
                          cli_json(folder, "--db", "q.sqlite3", "--now", 2000, "work", "--batch", "1000",
                                   "--category", "toy"))
@@ -507,12 +507,12 @@ def test_queue_core_work_batch_prints_the_same_summary_as_work(tmp_path: Path) -
 def test_queue_core_work_refuses_a_batch_out_of_range(tmp_path: Path, bad: str) -> None:
     shutil.copyfile(DEMO_BATCH, tmp_path / "demo.jsonl")
     cli_json(tmp_path, "--db", "q.sqlite3", "--now", 1000, "enqueue", "demo.jsonl")
-    before = cli_json(tmp_path, "--db", "q.sqlite3", "status", "--json")
+    before = cli_json(tmp_path, "--db", "q.sqlite3", "--now", 1000, "status", "--json")
     proc = cli(tmp_path, "--db", "q.sqlite3", "--now", 1000, "work", "--batch", bad)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     assert "--batch" in proc.stderr
-    assert cli_json(tmp_path, "--db", "q.sqlite3", "status", "--json") == before  # nothing was claimed
+    assert cli_json(tmp_path, "--db", "q.sqlite3", "--now", 1000, "status", "--json") == before  # nothing was claimed
     assert before["messages"]["ready"] == 4
     for edge in ("1", "1000"):  # the bounds themselves are accepted (at 999 nothing is available yet)
         assert cli_json(tmp_path, "--db", "q.sqlite3", "--now", 999, "work", "--batch", edge) == dict.fromkeys(

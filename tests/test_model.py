@@ -133,6 +133,9 @@ class Row:
     lease_until: int | None = None
     last_error: str | None = None
     last_detail: str | None = None
+    enqueued_at: int | None = None
+    done_at: int | None = None
+    expired_leases: int = 0  # leases that ran out and a later claim took over (or ended in dead)
 
 
 Result = tuple[Outcome, "str | None", "int | None", "str | None"]  # outcome, error, available_at, detail
@@ -178,7 +181,7 @@ class Model:
             else:  # a different payload than the stored one: the whole batch goes
                 raise Refused(BatchRejected, number)
         for event_id, text in new:
-            self.rows[event_id] = Row(payload=text, available_at=self.now)
+            self.rows[event_id] = Row(payload=text, available_at=self.now, enqueued_at=self.now)
         return len(new), duplicates
 
     # ---------------------------------------------------------------- claim
@@ -195,6 +198,8 @@ class Model:
                 return None
             event_id = min(due)[1]
             row = self.rows[event_id]
+            if row.state == "leased":
+                row.expired_leases += 1
             if row.attempts >= MAX_ATTEMPTS:  # "after the third death, the next claim moves it to dead"
                 event("claim: budget spent by silent deaths -> dead")
                 row.last_detail = (f"the lease of claim {row.attempts} of {MAX_ATTEMPTS} ended at "
@@ -246,7 +251,7 @@ class Model:
             event("complete: lease ran out during the work, effect rolled back")
         self.fenced(lease)  # re-check after the work: a lost lease rolls the effect back
         self.effects[lease.event_id] = effect
-        row.state, row.lease_until = "done", None
+        row.state, row.lease_until, row.done_at = "done", None, self.now
         return Outcome.DONE, None, None, None
 
     def fail(self, lease: Lease, code: str, permanent: bool, detail: str | None) -> Result:
@@ -273,7 +278,7 @@ class Model:
     def messages(self) -> list[Message]:
         return [
             Message(event_id, r.payload, r.state, r.attempts, r.generation, r.available_at,
-                    r.lease_until, r.last_error, r.last_detail)
+                    r.lease_until, r.last_error, r.last_detail, r.enqueued_at, r.done_at, r.expired_leases)
             for event_id, r in sorted(self.rows.items())
         ]
 
@@ -578,7 +583,8 @@ def _fenced_without(skip: str) -> Callable[[Store, Tx, Lease], Message]:
 
 def _ack_without_the_recheck(self: Store, tx: Tx, lease: Lease) -> Completion:
     """``complete_tx`` that ACKs without checking the lease again after the handler ran."""
-    tx.execute("UPDATE messages SET state = 'done', lease_until = NULL WHERE event_id = ?", (lease.event_id,))
+    tx.execute("UPDATE messages SET state = 'done', lease_until = NULL, done_at = ? WHERE event_id = ?",
+               (tx.now(), lease.event_id))
     return Completion(lease.event_id, Outcome.DONE)
 
 
