@@ -12,7 +12,7 @@ import os
 import sqlite3
 from importlib import resources
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .errors import StorageError, WrongPath
 
@@ -179,6 +179,20 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
         if isinstance(exc, sqlite3.Error):
             raise storage_error(exc, path) from exc
         raise
+
+
+# Whether a table exists in the queue's database, per engine (on PostgreSQL:
+# in the connection's current schema). Reading it writes nothing.
+_TABLE_EXISTS: Final = {
+    "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+    "postgresql": "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?",
+}
+
+
+def table_exists(conn: Any, name: str) -> bool:
+    """Whether table ``name`` exists: ``conn`` is an sqlite3 connection, a PostgreSQL one, or a store ``Tx``."""
+    engine = getattr(conn, "engine", "sqlite")  # engine_postgres.Connection and Tx name theirs
+    return conn.execute(_TABLE_EXISTS[engine], (name,)).fetchone() is not None
 
 
 def _migration_statements(target: int) -> list[str]:

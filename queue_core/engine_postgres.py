@@ -156,15 +156,9 @@ class Connection:
         self._conn.close()
 
 
-def has_schema(conn: Connection) -> bool:
-    """Whether this database holds a queue (its version row), without writing anything."""
-    row = conn.execute("SELECT to_regclass('queue_core_schema') IS NOT NULL").fetchone()
-    return bool(row[0])
-
-
 def schema_version(conn: Connection) -> int:
-    """The queue's schema version in this database (0: none yet)."""
-    if not has_schema(conn):
+    """The queue's schema version in this database (0: none yet), without writing anything."""
+    if not _exists(conn, "queue_core_schema"):
         return 0
     row = conn.execute("SELECT version FROM queue_core_schema").fetchone()
     return 0 if row is None else int(row[0])
@@ -183,9 +177,7 @@ def open_queue(conn: Connection, *, create: bool, known_version: int, where: str
         if not _exists(conn, "messages"):
             raise StorageError(f"{where}: the queue's messages table is missing", code="corrupt")
         return
-    if found > known_version:
-        raise WrongPath(f"{where} has schema version {found}; this queue_core knows up to {known_version}",
-                        code="schema_too_new")
+    _refuse_newer(found, known_version, where)
     if found == 0 and not create:
         raise WrongPath(f"no queue database at {where}", code="no_database")
     prepare(conn, known_version=known_version, where=where)
@@ -193,6 +185,12 @@ def open_queue(conn: Connection, *, create: bool, known_version: int, where: str
 
 def _exists(conn: Connection, table: str) -> bool:
     return bool(conn.execute("SELECT to_regclass(?) IS NOT NULL", (table,)).fetchone()[0])
+
+
+def _refuse_newer(found: int, known_version: int, where: str) -> None:
+    if found > known_version:
+        raise WrongPath(f"{where} has schema version {found}; this queue_core knows up to {known_version}",
+                        code="schema_too_new")
 
 
 def prepare(conn: Connection, *, known_version: int, where: str) -> None:
@@ -207,11 +205,10 @@ def prepare(conn: Connection, *, known_version: int, where: str) -> None:
     script = resources.files("queue_core").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     conn.execute("BEGIN")
     try:
-        conn.execute("SELECT pg_advisory_xact_lock(1363373938)")  # the script's own lock, taken before reading
+        # The script's own lock (its key is database.APPLICATION_ID, "QCor"), taken before reading.
+        conn.execute("SELECT pg_advisory_xact_lock(1363373938)")
         found = schema_version(conn)
-        if found > known_version:
-            raise WrongPath(f"{where} has schema version {found}; this queue_core knows up to {known_version}",
-                            code="schema_too_new")
+        _refuse_newer(found, known_version, where)
         if found == 0 and _exists(conn, "messages"):
             raise WrongPath(f"{where} has a messages table that is not a queue's; use another database "
                             "or schema", code="not_a_queue_database")

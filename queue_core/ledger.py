@@ -195,11 +195,7 @@ def _installed(view: Tx) -> bool:
 
 
 def _table_exists(view: Tx, name: str) -> bool:
-    if view.engine == "postgresql":
-        sql = "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?"
-    else:
-        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
-    return view.execute(sql, (name,)).fetchone() is not None
+    return database.table_exists(view, name)
 
 
 def _json_kind(value: Any) -> str:

@@ -50,10 +50,6 @@ from .store import Handler, Message, Store, Tx
 MAX_KEY_CHARS = 200  # tenant and operation: 1..200 characters each
 
 SCHEMA_FILE: Final = "receipts.sql"  # the table; part of a queue database's schema
-# Tells whether the receipts table exists (readers must not create it), per engine.
-SQL_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'receipts'"
-SQL_EXISTS_POSTGRES = ("SELECT 1 FROM information_schema.tables "
-                       "WHERE table_schema = current_schema() AND table_name = 'receipts'")
 # PostgreSQL only: one key's writers take turns until their transactions end
 # (two-int advisory keys: a space apart from the store's one-bigint locks).
 SQL_LOCK_KEY_POSTGRES = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
@@ -219,8 +215,7 @@ def _lookup(conn: _Connection, tenant: str, operation: str) -> Receipt | None:
 
 
 def _table_exists(conn: _Connection) -> bool:
-    sql = SQL_EXISTS_POSTGRES if isinstance(conn, PostgresConnection) else SQL_EXISTS
-    return conn.execute(sql).fetchone() is not None
+    return database.table_exists(conn, "receipts")  # readers must not create it
 
 
 def _connection(tx: Transaction) -> _Connection:
