@@ -48,7 +48,7 @@ from .store import (
     Tx,
     backoff_seconds,
 )
-from .worker import WorkSummary, work
+from .worker import LongHandler, WorkSummary, work
 
 __version__ = "0.2.0"
 
@@ -56,7 +56,7 @@ __all__ = [
     # the protocol
     "Store", "Tx", "Lease", "Message", "Outcome", "Completion", "EnqueueResult", "Snapshot", "Probe",
     "Heartbeat", "Metrics", "Latency", "Pruned",
-    "DEFAULT_LEASE_SECONDS", "MAX_ATTEMPTS", "backoff_seconds", "work", "WorkSummary",
+    "DEFAULT_LEASE_SECONDS", "MAX_ATTEMPTS", "backoff_seconds", "work", "WorkSummary", "LongHandler",
     # time
     "Clock", "ModelClock", "SystemClock",
     # the envelope

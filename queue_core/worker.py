@@ -5,6 +5,12 @@ at the current time (a message waiting for its backoff is not available yet).
 Several workers may run at once on one file; the store waits out the lock.
 A handler that raises is recorded on its message by the store (``handler_error``
 or the refusal's own code) and the loop goes on with the next message.
+
+A plain handler runs inside the completion's transaction, where no extension
+of the lease can commit (the transaction holds SQLite's write lock, or the
+message's row on PostgreSQL). Work longer than a lease should be is a
+``LongHandler``: its long step runs outside any transaction under a heartbeat,
+and only its short step, the effect, runs inside the completion.
 """
 
 from __future__ import annotations
@@ -12,9 +18,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, Generic, TypeVar
 
-from .errors import LeaseLost
-from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, Handler, Outcome, Store
+from .errors import HandlerFailure, LeaseLost, PermanentFailure
+from .store import (
+    DEFAULT_LEASE_SECONDS,
+    HANDLER_ERROR,
+    MAX_BATCH,
+    Handler,
+    Lease,
+    Message,
+    Outcome,
+    Store,
+    Tx,
+    _check_lease_seconds,
+)
+
+R = TypeVar("R")
 
 # How long a worker keeps its turn to write before a waiting worker gets in.
 TURN_SLICE_SECONDS = 0.05
@@ -35,14 +55,38 @@ class WorkSummary:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class LongHandler(Generic[R]):
+    """A handler in two steps, for work that takes longer than a lease should.
+
+    ``prepare(message)`` does the long part outside any transaction while a
+    heartbeat extends the lease; ``write(tx, message, result)`` then writes the
+    effect inside the completion's transaction, as a plain handler does, and
+    should be short. If the lease was lost during ``prepare`` (the heartbeat
+    was refused), ``write`` is not called and the result is dropped. Either
+    step refuses a payload by raising ``PermanentFailure`` or
+    ``TemporaryFailure``; anything else it raises is recorded as
+    ``handler_error``, as for a plain handler.
+    """
+
+    prepare: Callable[[Message], R]
+    write: Callable[[Tx, Message, R], object]
+
+    def __post_init__(self) -> None:
+        for step in ("prepare", "write"):
+            if not callable(getattr(self, step)):
+                raise TypeError(f"LongHandler.{step} must be callable, got {type(getattr(self, step)).__name__}")
+
+
 def work(
     store: Store,
-    handler: Handler,
+    handler: Handler | LongHandler[Any],
     *,
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     max_messages: int | None = None,
     batch: int = 1,
     progress: Callable[[WorkSummary], None] | None = None,
+    heartbeat_every: float | None = None,
 ) -> WorkSummary:
     """Process messages until none is available now (or ``max_messages`` were claimed).
 
@@ -53,17 +97,35 @@ def work(
     commits per message; each message then waits for the whole batch, so the
     lease must cover k handlers' time.
 
-    :param store: the queue; ``work`` opens no connection of its own.
-    :param handler: ``handler(tx, message)``, as for ``Store.complete``.
+    A ``LongHandler`` takes one message at a time: claim, its ``prepare``
+    outside any transaction under ``Store.heartbeat``, then the completion
+    with its ``write``.
+
+    :param store: the queue; ``work`` opens no connection of its own (a heartbeat's thread opens one).
+    :param handler: ``handler(tx, message)``, as for ``Store.complete``; or a ``LongHandler``.
     :param lease_seconds: each lease's length; longer than the handler takes (k handlers with ``batch=k``).
     :param max_messages: stop after claiming this many (``None``: until none is available now).
     :param batch: messages per claim transaction and per completion transaction (1..``MAX_BATCH``).
     :param progress: called with the counts so far after each turn (about every 50 ms while busy).
+    :param heartbeat_every: a ``LongHandler``'s heartbeat interval in seconds, below
+        ``lease_seconds`` (default: a third of it, which survives two failed beats).
     :returns: counts of claimed, done, retried, dead and lease-lost messages.
     """
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
-    if not callable(handler):
+    every = 0.0  # a LongHandler's heartbeat interval
+    if isinstance(handler, LongHandler):
+        if batch != 1:
+            raise ValueError(f"a LongHandler takes one message at a time: batch must be 1, got {batch!r}")
+        _check_lease_seconds(lease_seconds)
+        every = lease_seconds / 3 if heartbeat_every is None else heartbeat_every
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < lease_seconds:
+            raise ValueError(f"heartbeat_every must be a number of seconds above 0 and below "
+                             f"lease_seconds ({lease_seconds}), got {heartbeat_every!r}")
+    elif heartbeat_every is not None:
+        raise ValueError("heartbeat_every needs a LongHandler: a plain handler runs inside the completion's "
+                         "transaction, where no extension can commit")
+    elif not callable(handler):
         raise TypeError(f"handler must be callable as handler(tx, message), got {type(handler).__name__}")
     if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)):
         raise TypeError(f"max_messages must be an integer or None, got {type(max_messages).__name__}")
@@ -74,6 +136,15 @@ def work(
     counts = {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0}
     more = True
     while more and (max_messages is None or counts["claimed"] < max_messages):
+        if isinstance(handler, LongHandler):
+            outcome = _long_step(store, handler, lease_seconds, every)
+            if outcome is None:
+                break
+            counts["claimed"] += 1
+            counts[_COUNTER[outcome]] += 1
+            if progress is not None:
+                progress(WorkSummary(**counts))
+            continue
         # One turn for a slice of messages, then let a waiting worker in: fair
         # between processes, without trading places at every transaction.
         with store.writer_turn():
@@ -107,3 +178,42 @@ def _step(store: Store, handler: Handler, lease_seconds: int, wanted: int) -> li
     except LeaseLost:
         # Our lease ran out while we worked; the next claim will re-issue it.
         return [Outcome.LEASE_LOST]
+
+
+def _long_step(store: Store, handler: LongHandler[R], lease_seconds: int, every: float) -> Outcome | None:
+    """Claim one message, prepare it under a heartbeat, then complete it (``None``: nothing available)."""
+
+    def claim_and_read(tx: Tx) -> tuple[Lease, Message] | None:
+        lease = store.claim_tx(tx, lease_seconds)
+        return None if lease is None else (lease, store.leased_tx(tx, lease))
+
+    claimed = store.write(claim_and_read)  # one transaction: the lease and the payload it covers
+    if claimed is None:
+        return None
+    lease, message = claimed
+    # Outside any transaction and outside the writer's turn: other workers go
+    # on writing, and the heartbeat's extensions can commit.
+    beat = store.heartbeat(lease, every=every, lease_seconds=lease_seconds)
+    try:
+        with beat:
+            result = handler.prepare(message)
+    except Exception as exc:
+        return _refuse(store, beat.lease, exc)
+    if beat.lost is not None:
+        return Outcome.LEASE_LOST  # another worker may own the message now: the result must not be written
+    try:
+        return store.complete(beat.lease, lambda tx, leased: handler.write(tx, leased, result)).outcome
+    except LeaseLost:
+        return Outcome.LEASE_LOST
+
+
+def _refuse(store: Store, lease: Lease, exc: Exception) -> Outcome:
+    """Record a refusal (or a crash) of a long step, as ``complete`` records a handler's."""
+    if isinstance(exc, HandlerFailure):
+        code, detail, permanent = exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
+    else:
+        code, detail, permanent = HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
+    try:
+        return store.fail(lease, code, permanent=permanent, detail=detail).outcome
+    except LeaseLost:
+        return Outcome.LEASE_LOST
