@@ -280,6 +280,9 @@ def test_a_killed_worker_s_heartbeat_dies_with_it_and_the_message_is_taken_over(
     store.enqueue(line("E0001"))
     with real_clock_store(store) as queue:
         child, _, _ = start_child(str(store.url or store.path), tmp_path)
+        first_deadline = queue.message("E0001").lease_until
+        assert first_deadline is not None
+        until(lambda: (queue.message("E0001").lease_until or 0) > first_deadline)  # it has beaten
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
         taken = claim_once_it_ends(queue)
