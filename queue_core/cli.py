@@ -27,12 +27,23 @@ from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
 from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
 from .ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS, Handler, Report
-from .store import DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS, STATES, Message, Metrics, Store
+from .store import (
+    BUSY_RETRY_SECONDS,
+    BUSY_TIMEOUT_MS,
+    DEFAULT_LEASE_SECONDS,
+    MAX_BATCH,
+    MAX_LEASE_SECONDS,
+    STATES,
+    Message,
+    Metrics,
+    Store,
+)
 from .prometheus import exposition
 from .worker import WorkSummary, work
 
 PROG = "queue-core"
 DEFAULT_DB = "queue.sqlite3"
+MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
 
 
 class UsageError(QueueError):
@@ -69,13 +80,24 @@ def _age(text: str) -> int:
     return seconds
 
 
+def _busy_seconds(text: str) -> float:
+    """An argparse type: seconds to wait for a busy database, such as 0, 0.5 or 30 (at most an hour)."""
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        raise argparse.ArgumentTypeError(f"expected seconds such as 0, 0.5 or 30, got {text!r}")
+    seconds = float(text)
+    if seconds > MAX_BUSY_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_BUSY_SECONDS} seconds, got {text}")
+    return seconds
+
+
 _lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
 _count = _whole_number(0, 10**9)
 
 
 # The one example line of the help text; tests check that it is a valid line the handler accepts.
 EXAMPLE_LINE = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
-SELF_CONTAINED = ("demo", "lab")  # their own temporary folder and model clock: --db and --now do not apply
+SELF_CONTAINED = ("demo", "lab")  # their own temporary folder and model clock: GLOBAL_OPTIONS do not apply
+GLOBAL_OPTIONS = ("--db", "--now", "--busy-timeout")  # accepted before or after the command's name
 HELP_WIDTH = 80  # fixed, so that the help is the same in every terminal and on the site
 
 
@@ -96,7 +118,7 @@ def _help_epilog() -> str:
         f'and false are not integers). Any other payload is a permanent failure: '
         f'the message becomes a dead letter at once (see dead and redrive).',
         f'{" and ".join(SELF_CONTAINED)} run in a temporary folder of their own '
-        f'with a model clock: they take neither --db nor --now.',
+        f'with a model clock: they take none of {", ".join(GLOBAL_OPTIONS)}.',
         'Exit status: 0 success; 2 rejected input or usage error (nothing '
         'written); 1 anything else; 130 interrupted. An error prints one line on '
         'stderr: "queue-core: <code>: <what is wrong>".',
@@ -129,10 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "or a postgresql:// URL")
     common.add_argument("--now", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
                         help="model time in whole seconds instead of the system clock")
-    # demo and lab accept the two options only to refuse them with a clear message.
+    common.add_argument("--busy-timeout", metavar="SECONDS", type=_busy_seconds, default=argparse.SUPPRESS,
+                        help=f"how long to wait for a database that another writer holds before failing "
+                             f"with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)")
+    # demo and lab accept these options only to refuse them with a clear message.
     refused = _Parser(add_help=False)
-    refused.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    refused.add_argument("--now", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for option in GLOBAL_OPTIONS:
+        refused.add_argument(option, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     parser = _Parser(
         prog=PROG, parents=[common], formatter_class=_Formatter,
@@ -229,8 +254,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
 
 
 def _refuse_global_options(args: argparse.Namespace) -> None:
-    """demo and lab make their own folder and clock: a --db or --now given to them would be ignored."""
-    given = [f"--{name}" for name in ("db", "now") if hasattr(args, name)]
+    """demo and lab make their own folder and clock: a --db, --now or --busy-timeout would be ignored."""
+    given = [option for option in GLOBAL_OPTIONS if hasattr(args, option[2:].replace("-", "_"))]
     if args.command in SELF_CONTAINED and given:
         raise UsageError(f"{args.command} does not take {' or '.join(given)}: "
                          "it runs in a temporary folder of its own with a model clock")
@@ -242,6 +267,12 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     now = getattr(args, "now", None)
     # Without --now the store takes the system clock (on PostgreSQL: the server's, one clock for every host).
     clock: Clock | None = ModelClock(now) if now is not None else None
+    busy: float = getattr(args, "busy_timeout", BUSY_RETRY_SECONDS)
+
+    def open_store(create: bool) -> Store:
+        # SQLite's own wait per attempt is never longer than the whole wait asked for.
+        return Store(db, clock=clock, create=create, busy_timeout_ms=min(BUSY_TIMEOUT_MS, round(busy * 1000)),
+                     busy_retry_seconds=busy)
 
     if args.command == "demo":
         return _demo(args.json, out)
@@ -251,12 +282,12 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if args.command == "enqueue":
         batch = parse_batch(_read_batch(args.file))  # validated before the file is even opened
-        with Store(db, clock=clock, create=True) as store:
+        with open_store(create=True) as store:
             ledger.install(store)  # the CLI runs the reference application: its table lives beside the queue
             _print_json(store.enqueue(batch).to_dict(), out)
         return 0
     # One store (one connection) for the whole command, closed explicitly.
-    with Store(db, clock=clock, create=False) as store:
+    with open_store(create=False) as store:
         _run_on(store, args, out)
     return 0
 

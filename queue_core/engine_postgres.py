@@ -64,13 +64,16 @@ def storage_error(exc: Exception, url: str) -> StorageError:
     where = safe_url(url)
     if isinstance(exc, (errors.SerializationFailure, errors.DeadlockDetected, errors.LockNotAvailable,
                         errors.QueryCanceled)):
-        return StorageError(f"{where}: the database is busy ({exc})", code="database_busy")
+        # Only the first line: the rest quotes the statement that waited ("LINE 2: ...", a caret).
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return StorageError(f"{where}: the database is busy ({reason})", code="database_busy")
     if isinstance(exc, errors.IntegrityError):
-        return StorageError(f"{where}: a schema constraint refused the write ({exc})", code="constraint_violation")
+        return StorageError(f"{where}: a schema constraint refused the write ({_one_line(exc)})",
+                            code="constraint_violation")
     if isinstance(exc, errors.DiskFull):
-        return StorageError(f"{where}: the database server's disk is full ({exc})", code="disk_full")
+        return StorageError(f"{where}: the database server's disk is full ({_one_line(exc)})", code="disk_full")
     if isinstance(exc, errors.ReadOnlySqlTransaction):
-        return StorageError(f"{where}: the database is read-only ({exc})", code="read_only")
+        return StorageError(f"{where}: the database is read-only ({_one_line(exc)})", code="read_only")
     if isinstance(exc, psycopg.OperationalError):
         return StorageError(f"{where}: the connection to the database server failed ({_one_line(exc)})",
                             code="connection_lost")
@@ -124,7 +127,8 @@ class Connection:
                                code="cannot_connect") from None
         # SQLite's busy timeout, here: how long to wait for a row another
         # transaction holds before the store reports the database busy.
-        self.execute(f"SET lock_timeout = {int(busy_timeout_ms)}")
+        # 0 would switch PostgreSQL's lock timeout off (wait forever); SQLite's 0 means do not wait.
+        self.execute(f"SET lock_timeout = {max(1, int(busy_timeout_ms))}")
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Cursor:
         psycopg = _psycopg()

@@ -331,6 +331,12 @@ class Store:
             raise TypeError(f"clock must have a now() method returning seconds, got {type(clock).__name__}")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an integer of at least 1, got {max_attempts!r}")
+        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
+            raise ValueError(f"busy_timeout_ms must be a whole number of milliseconds, 0 or more, "
+                             f"got {busy_timeout_ms!r}")
+        if (isinstance(busy_retry_seconds, bool) or not isinstance(busy_retry_seconds, (int, float))
+                or not 0 <= busy_retry_seconds < float("inf")):
+            raise ValueError(f"busy_retry_seconds must be a number of seconds, 0 or more, got {busy_retry_seconds!r}")
         # "postgresql://..." selects PostgreSQL (engine_postgres.py); anything else is an SQLite file.
         self.url: str | None = str(path) if engine_postgres.is_url(path) else None
         self.engine = "postgresql" if self.url else "sqlite"

@@ -16,6 +16,7 @@ database without a queue, a role that may not connect) it has its own test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
@@ -600,6 +601,39 @@ def test_help_explains_the_batch_the_handler_and_the_exit_status(tmp_path: Path)
     assert list(tmp_path.iterdir()) == []
 
 
+@contextlib.contextmanager
+def held(cwd: Path, target: str) -> Iterator[None]:
+    """Another client holds what every write needs: SQLite's write lock, or the messages table on PostgreSQL."""
+    if is_url(target):
+        conn = pg_connect(target)
+        try:
+            conn.execute("BEGIN")
+            conn.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
+            yield
+        finally:
+            conn.close()
+        return
+    lite = sqlite3.connect(cwd / target, isolation_level=None)
+    try:
+        lite.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        lite.close()
+
+
+@pytest.mark.parametrize("seconds", ["0", "0.5"])
+def test_busy_timeout_bounds_the_wait_for_a_held_database(tmp_path: Path, target: str, seconds: str) -> None:
+    ok(tmp_path, "--db", target, "enqueue", "-", input=GOOD_LINE)
+    with held(tmp_path, target):
+        # Without the option the command would wait 60 s, past run()'s timeout of 30.
+        proc = run(tmp_path, "--db", target, "--busy-timeout", seconds, "work", timeout=30)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert proc.stderr.startswith("queue-core: database_busy: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert state(tmp_path, target)["messages"] == messages(ready=1)  # nothing half-done
+    assert ok(tmp_path, "--db", target, "--busy-timeout", seconds, "work")["done"] == 1  # released: it works
+
+
 def test_the_example_line_of_the_help_is_a_batch_the_handler_accepts(tmp_path: Path, target: str) -> None:
     from queue_core.envelope import EVENT_ID
 
@@ -651,6 +685,8 @@ REFUSED = [
     (["lab", "normal", "--now", "1000"], "lab", "--now"),
     (["--db", DB, "--now", "1000", "lab", "--json"], "lab", "--db or --now"),
     (["lab", "early-ack", "--db=other.sqlite3"], "lab", "--db"),
+    (["--busy-timeout", "1", "demo"], "demo", "--busy-timeout"),
+    (["lab", "--busy-timeout", "0"], "lab", "--busy-timeout"),
 ]
 
 
@@ -669,7 +705,9 @@ def test_the_help_of_demo_and_lab_does_not_offer_db_or_now(tmp_path: Path) -> No
         proc = run(tmp_path, command, "--help")
         assert proc.returncode == 0 and proc.stderr == ""
         assert "--db" not in proc.stdout and "--now" not in proc.stdout, command
+        assert "--busy-timeout" not in proc.stdout, command
     assert "--db PATH" in run(tmp_path, "status", "--help").stdout
+    assert "--busy-timeout SECONDS" in run(tmp_path, "work", "--help").stdout
 
 
 # ------------------------------------------------------- usage and paths
@@ -692,6 +730,11 @@ def test_the_help_of_demo_and_lab_does_not_offer_db_or_now(tmp_path: Path) -> No
         ["--now", "1_000", "status"],
         ["--now", " 1000", "status"],
         ["--now", "\u0661\u0660\u0660\u0660", "status"],
+        ["--busy-timeout", "-1", "status"],
+        ["--busy-timeout", "3601", "status"],
+        ["status", "--busy-timeout", "1e3"],
+        ["work", "--busy-timeout", "x"],
+        ["work", "--busy-timeout"],
     ],
     ids=lambda args: " ".join(args) or "no-command",
 )

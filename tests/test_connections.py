@@ -552,3 +552,14 @@ def test_an_sqlite_older_than_3_37_is_refused_with_its_versions() -> None:
         database.check_sqlite_version((3, 36, 9))
     assert refused.value.code == "sqlite_too_old"
     assert "SQLite 3.37.0 or newer" in str(refused.value) and "SQLite 3.36.9" in str(refused.value)
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("busy_timeout_ms", -1), ("busy_timeout_ms", 1.5), ("busy_timeout_ms", True), ("busy_timeout_ms", "2000"),
+    ("busy_retry_seconds", -0.1), ("busy_retry_seconds", float("nan")), ("busy_retry_seconds", float("inf")),
+    ("busy_retry_seconds", "60"), ("busy_retry_seconds", False),
+])
+def test_a_bad_busy_wait_is_refused_before_the_file_is_made(tmp_path: Path, option: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"{option} must be"):
+        Store(tmp_path / "q.sqlite3", **{option: value})  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
