@@ -806,11 +806,8 @@ class Store:
                 if not tx.conn.in_transaction:
                     raise  # SQLite itself ended the transaction (e.g. a full disk): nothing to record in
                 tx.execute("ROLLBACK TO message")  # the handler's writes; the read before them wrote nothing
-                if isinstance(exc, HandlerFailure):
-                    result = self._refuse(tx, lease, exc.code, exc.detail or None,
-                                          permanent=isinstance(exc, PermanentFailure))
-                else:
-                    result = self._refuse(tx, lease, HANDLER_ERROR, f"{type(exc).__name__}: {exc}", permanent=False)
+                code, detail, permanent = refusal(exc)
+                result = self._refuse(tx, lease, code, detail, permanent=permanent)
             else:
                 self._at("complete.after_effect")
                 result = self.complete_tx(tx, lease)
@@ -1209,6 +1206,13 @@ def _fetch_message(tx: Tx, event_id: str, *, lock: bool = False) -> Message | No
     suffix = _ROW_LOCK[tx.engine]["message"] if lock else ""
     row = tx.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE event_id = ?{suffix}", (event_id,)).fetchone()
     return None if row is None else _message(row)
+
+
+def refusal(exc: Exception) -> tuple[str, str | None, bool]:
+    """What a handler's exception records: (code, detail, permanent); anything unexpected is ``handler_error``."""
+    if isinstance(exc, HandlerFailure):
+        return exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
+    return HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
 
 
 def payload_digest(canonical: str) -> str:

@@ -20,10 +20,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Generic, TypeVar
 
-from .errors import HandlerFailure, LeaseLost, PermanentFailure
+from .errors import LeaseLost
 from .store import (
     DEFAULT_LEASE_SECONDS,
-    HANDLER_ERROR,
     MAX_BATCH,
     Handler,
     Lease,
@@ -32,6 +31,7 @@ from .store import (
     Store,
     Tx,
     _check_lease_seconds,
+    refusal,
 )
 
 R = TypeVar("R")
@@ -209,10 +209,7 @@ def _long_step(store: Store, handler: LongHandler[R], lease_seconds: int, every:
 
 def _refuse(store: Store, lease: Lease, exc: Exception) -> Outcome:
     """Record a refusal (or a crash) of a long step, as ``complete`` records a handler's."""
-    if isinstance(exc, HandlerFailure):
-        code, detail, permanent = exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
-    else:
-        code, detail, permanent = HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
+    code, detail, permanent = refusal(exc)
     try:
         return store.fail(lease, code, permanent=permanent, detail=detail).outcome
     except LeaseLost:

@@ -1,8 +1,10 @@
-"""Helpers for writing batches in tests."""
+"""Helpers for writing batches in tests, and for waiting on another thread or process."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 
 from queue_core import Store, ledger
 
@@ -31,3 +33,11 @@ def money(store: Store) -> tuple[int, int]:
     """(number of effects, total cents) in the reference ledger of ``store``."""
     totals = ledger.totals(store)
     return totals.count, totals.total_cents
+
+
+def until(condition: Callable[[], bool], timeout: float = 10, what: str = "nothing happened in time") -> None:
+    """Wait in real time (polling every 5 ms) until another thread or process has acted."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)

@@ -15,15 +15,13 @@ import pytest
 from queue_core import Handler, LeaseLost, ModelClock, Outcome, Store
 from queue_core.store import Lease
 
+from . import support
 from .support import DEMO_LINES, money
 
 
-def until(condition: Callable[[], bool], timeout: float = 10) -> None:
+def until(condition: Callable[[], bool]) -> None:
     """Wait (in real time) for the heartbeat's thread to do something."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the heartbeat did not act in time"
-        time.sleep(0.005)
+    support.until(condition, what="the heartbeat did not act in time")
 
 
 def claimed(store: Store, seconds: int = 10) -> Lease:
