@@ -3,40 +3,10 @@
 from __future__ import annotations
 
 import fnmatch
-import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-ALLOWLIST = ROOT / ".publication-allowlist"
-
-# Typical secrets. The samples in the self-test are assembled at run time so
-# that this file itself does not match.
-SECRET_PATTERNS = {
-    "private key": re.compile(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----"),
-    "AWS access key id": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    "GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-    "Slack token": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-    "password in a URL": re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]+@[^\s/]+", re.I),
-    "assigned password": re.compile(r"(?i)\b(?:password|passwd|secret|api_key|token)\s*[:=]\s*['\"][^'\"\s]{8,}['\"]"),
-}
-
-
-def tracked_files() -> list[str]:
-    result = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False)
-    assert result.returncode == 0, "the publication checks need a git checkout: " + result.stderr.decode()
-    return [name for name in result.stdout.decode().split("\0") if name]
-
-
-def allowed_patterns() -> list[str]:
-    lines = ALLOWLIST.read_text(encoding="utf-8").splitlines()
-    return [entry.strip() for entry in lines if entry.strip() and not entry.startswith("#")]
-
-
-def find_secrets(text: str) -> list[str]:
-    return [name for name, pattern in SECRET_PATTERNS.items() if pattern.search(text)]
+from docs_support.publication import ROOT, allowed_patterns, find_secrets, tracked_files
 
 
 def test_tracked_files_match_the_allowlist() -> None:

@@ -3,7 +3,7 @@
 A page ends its chapter with::
 
     ```python exec="on"
-    from tests.proof import table
+    from docs_support.proof import table
     print(table([
         ("a stale generation cannot complete", "test_protocol.py::test_old_generation_cannot_complete"),
         ("the batched path, all of it", "test_batch.py"),  # a whole file
@@ -23,7 +23,7 @@ import ast
 import os
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent / "tests"  # the repository's test suite
 
 
 def _line_of(file: str, name: str) -> int:
