@@ -39,17 +39,9 @@ from queue_core import (
 
 from queue_core.store import Lease
 
-from .support import DEMO_LINES, line, money
+from .support import DEMO_LINES, line, money, until
 
 T = TypeVar("T")
-
-
-def until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait in real time for another thread or process to act."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "nothing happened in time"
-        time.sleep(0.01)
 
 
 def in_another_thread(body: Callable[[], T], timeout: float = 5) -> T:
@@ -60,6 +52,17 @@ def in_another_thread(body: Callable[[], T], timeout: float = 5) -> T:
     thread.join(timeout)
     assert not thread.is_alive(), "the other worker waited: the long step held a lock or the writer's turn"
     return results[0]
+
+
+def heartbeat_stopped(event_id: str) -> None:
+    """Wait until the heartbeat of ``event_id`` has stopped (its thread ends when an extension is refused).
+
+    Until then a beat may be inside its transaction, holding the message's row:
+    on PostgreSQL another worker's claim (``FOR UPDATE SKIP LOCKED``) rightly
+    skips a row held at that moment, and would find nothing to claim.
+    """
+    until(lambda: all(t.name != f"heartbeat {event_id}" for t in threading.enumerate()),
+          what=f"the heartbeat of {event_id} did not stop")
 
 
 def write_effect(tx: Tx, message: Message, result: object) -> None:
@@ -103,6 +106,7 @@ def test_a_long_step_that_lost_its_lease_writes_nothing(store: Store, clock: Mod
 
     def prepare(message: Message) -> str:
         clock.advance(11)  # a stall: the lease (and any extension) ended
+        heartbeat_stopped(message.event_id)  # its next beat was refused: the loss is known
         taken = in_another_thread(lambda: store.claim(10))
         assert taken is not None and (taken.event_id, taken.generation) == ("E0001", 2)
         store.complete(taken, Handler())  # the new owner's effect
@@ -161,6 +165,7 @@ def test_a_refusal_after_the_lease_was_lost_is_not_recorded(store: Store, clock:
 
     def prepare(message: Message) -> str:
         clock.advance(11)
+        heartbeat_stopped(message.event_id)
         taken = in_another_thread(lambda: store.claim(10))
         assert taken is not None
         raise PermanentFailure("too_late", "the new owner decides")
