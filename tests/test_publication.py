@@ -47,3 +47,12 @@ def test_the_scanner_ignores_ordinary_text() -> None:
 
 def test_the_allowlist_rejects_a_database_file() -> None:
     assert not any(fnmatch.fnmatchcase("queue.sqlite3", p) for p in allowed_patterns())
+
+
+def test_no_tracked_file_points_outside_the_repository() -> None:
+    # The repository stands alone: nothing may send a reader or a contributor to a
+    # folder beside the clone. (Assembled at run time, so this file does not match.)
+    outside = ".." + "/shared/"
+    pointing = [name for name in tracked_files()
+                if (ROOT / name).is_file() and outside in (ROOT / name).read_text(encoding="utf-8", errors="replace")]
+    assert pointing == []
