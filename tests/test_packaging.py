@@ -2,9 +2,11 @@
 
 The build runs the way ``python -m build`` runs it, without that tool: pip
 installs the build backend that ``pyproject.toml`` declares (``[build-system]
-requires``) into a folder of its own, the sdist is built from a copy of the
-files the package is made of, and the wheel from the unpacked sdist, so a file
-missing from the sdist fails the wheel too. Nothing is written into the
+requires``) into a folder of its own, the sdist is built from a copy of
+every file git tracks (as from a clone), and the wheel from the unpacked
+sdist, so a file missing from the sdist fails the wheel too. The sdist holds
+the product and nothing of the test suite, which needs the whole repository
+(``MANIFEST.in`` says why). Nothing is written into the
 repository. Then the wheel is unpacked and run with no site-packages at all:
 what a user installs works without the repository beside it.
 """
@@ -26,12 +28,11 @@ from pathlib import Path
 import pytest
 
 import queue_core
+from docs_support.publication import tracked_files
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "queue_core"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-# What the package is made of: setuptools reads nothing else (no MANIFEST.in, no VCS plugin).
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "queue_core")
 SQL_FILES = sorted(p.name for p in PACKAGE.glob("*.sql"))
 NAME_VERSION = f"queue_core-{queue_core.__version__}"
 
@@ -70,11 +71,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     tmp = tmp_path_factory.mktemp("packaging")
     env = _backend(tmp / "backend")
     source = tmp / "source"
-    source.mkdir()
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
+    for name in tracked_files():  # what a clone holds: the sdist is built from it
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     dist = tmp / "dist"
     dist.mkdir()
@@ -157,6 +156,14 @@ def test_the_schema_files_the_marker_and_every_module_are_inside(built: Built) -
         assert (built.installed / "queue_core" / sql).read_bytes() == (PACKAGE / sql).read_bytes()
     packaged = {n for n in built.wheel_names if n.startswith("queue_core/")}
     assert packaged == {*modules, *(f"queue_core/{sql}" for sql in SQL_FILES), "queue_core/py.typed"}
+
+
+def test_the_sdist_holds_the_product_and_no_part_of_the_test_suite(built: Built) -> None:
+    inside = {name.removeprefix(f"{NAME_VERSION}/") for name in built.sdist_names if name != NAME_VERSION}
+    top = {name.split("/")[0] for name in inside}
+    assert top == {"PKG-INFO", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "setup.cfg",
+                   "queue_core", "queue_core.egg-info"}, top
+    assert not any(name.endswith((".pyc", "conftest.py")) or "/tests/" in f"/{name}" for name in inside)
 
 
 def test_the_command_is_declared(built: Built) -> None:
