@@ -535,6 +535,7 @@ def impatient(db: Path, operation: Callable[[Store], Any]) -> Any:
     return once(db, operation, busy_timeout_ms=50, busy_retry_seconds=0.15)
 
 
+@pytest.mark.timeout(45)  # every wait here is 0.15 s: one wait of the default 60 s fails the test
 def test_a_write_lock_held_past_the_timeout(tmp_path: Path, lock_holder) -> None:
     db = tmp_path / "q.sqlite3"
     build_queue(db)
@@ -559,6 +560,7 @@ def test_a_write_lock_held_past_the_timeout(tmp_path: Path, lock_holder) -> None
     assert db.read_bytes() == print_before[0]
 
 
+@pytest.mark.timeout(45)  # every wait here is 0.15 s: one wait of the default 60 s fails the test
 def test_an_exclusive_lock_held_past_the_timeout_blocks_readers_too(tmp_path: Path, lock_holder) -> None:
     db = tmp_path / "q.sqlite3"
     build_queue(db)
