@@ -33,7 +33,8 @@ BOTH_ENGINES = {"test_protocol", "test_batch", "test_handler_hook", "test_envelo
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
-    if module in BOTH_ENGINES and "engine" in metafunc.fixturenames and "db" not in metafunc.fixturenames:
+    if (module in BOTH_ENGINES and "engine" in metafunc.fixturenames and "db" not in metafunc.fixturenames
+            and metafunc.definition.get_closest_marker("one_engine") is None):
         metafunc.parametrize("engine", ["sqlite", "postgresql"], indirect=True)
 
 

@@ -179,6 +179,7 @@ def test_claim_many_returns_nothing_when_nothing_is_available(tmp_path: Path, st
         assert (dead.state, dead.attempts, dead.last_error) == ("dead", 3, LEASE_EXPIRED)
 
 
+@pytest.mark.one_engine  # refused before any transaction: nothing of the engine to prove
 @pytest.mark.parametrize("count, error", [
     ("3", TypeError), (3.0, TypeError), (True, TypeError), (None, TypeError),
     (0, ValueError), (-1, ValueError), (MAX_BATCH + 1, ValueError),
@@ -452,6 +453,7 @@ def test_work_in_batches_claims_exactly_max_messages(tmp_path: Path, max_message
     assert [m.event_id for m in untouched] == [f"E{n:04d}" for n in range(min(max_messages, 12) + 1, 13)]
 
 
+@pytest.mark.one_engine  # refused before any transaction: nothing of the engine to prove
 @pytest.mark.parametrize("bad", [0, -1, MAX_BATCH + 1, True, "8", 2.0])
 def test_work_refuses_a_batch_size_out_of_range(store: Store, bad: Any) -> None:
     five(store)

@@ -323,6 +323,7 @@ def test_rejected_batch_leaves_an_existing_database_unchanged(demo: Path, target
     assert state(demo, target) == before_state
 
 
+@pytest.mark.one_engine  # the batch is refused before the database is opened
 @pytest.mark.parametrize("name", sorted(BAD_BATCHES))
 def test_rejected_batch_does_not_create_the_database(tmp_path: Path, target: str, name: str) -> None:
     text, line, code = BAD_BATCHES[name]
@@ -748,6 +749,7 @@ def test_usage_errors_exit_2_without_traceback(tmp_path: Path, args: list[str]) 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.one_engine  # a usage error, before the database is opened
 @pytest.mark.parametrize(
     "args",
     [

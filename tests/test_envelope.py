@@ -244,6 +244,7 @@ def test_a_bad_line_alone_is_line_1(bad, code):
     rejected(bad, code, 1)
 
 
+@pytest.mark.one_engine  # refused before any transaction: nothing of the engine to prove
 @pytest.mark.parametrize("bad, code", BAD_LINES)
 def test_one_bad_line_writes_nothing(seeded, bad, code):
     data = GOOD_BEFORE + b"\n \t\n" + bad + b"\n" + GOOD_AFTER + b"\n"

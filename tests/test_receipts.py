@@ -228,6 +228,7 @@ def test_recording_outside_a_transaction_is_refused_before_any_write(tmp_path: P
         receipts.record("not a transaction", NORTH, OP, {}, lambda: "x")  # type: ignore[arg-type]
 
 
+@pytest.mark.one_engine  # refused before any statement: nothing of the engine to prove
 @pytest.mark.parametrize(
     "tenant, operation",
     [("", OP), (NORTH, ""), (None, OP), (NORTH, 7), ("x" * 201, OP), (NORTH, "\ud800")],
@@ -241,6 +242,7 @@ def test_an_unusable_key_is_refused_with_a_code(store: Store, tenant: Any, opera
     assert receipts.stored(store) == []
 
 
+@pytest.mark.one_engine  # refused before any statement: nothing of the engine to prove
 @pytest.mark.parametrize(
     "payload",
     [float("nan"), {"x": float("inf")}, {"x": {1, 2}}, {"x": "y" * 10_001}, "\udc00"],
