@@ -2,6 +2,8 @@
 #   make serve   build the documentation site and serve it at http://127.0.0.1:8000
 #   make test    type-check (mypy --strict), then run the whole test suite (unit, processes, docs-as-tests, strict build, browser)
 # Each creates .venv and installs the pinned dependencies it needs by itself.
+# For contributors, between two edits:
+#   make check   type-check, then the fast tests on SQLite (no PostgreSQL, no browser, no slow proof runs)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +13,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: test serve site bench clean
+.PHONY: test check serve site bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "queue_core needs Python >= 3.11; run: make PYTHON=python3.12 ...")'
@@ -29,6 +31,12 @@ $(VENV)/.test-installed: $(VENV)/.docs-installed requirements-test.txt
 test: $(VENV)/.test-installed
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
+
+# Markers set in tests/conftest.py: `postgres` (needs the throwaway server),
+# `slow` (real browsers, builds, crash and chaos runs, packaging, benchmarks).
+check: $(VENV)/.test-installed
+	$(BIN)/python -m mypy
+	$(BIN)/python -m pytest -q -m "not slow and not postgres"
 
 site: $(VENV)/.docs-installed
 	$(BIN)/python -m mkdocs build --strict --site-dir site

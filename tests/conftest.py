@@ -78,3 +78,24 @@ def postgres_url(postgres_cluster: Any) -> Iterator[str]:
 @pytest.fixture
 def handler() -> Handler:
     return Handler()
+
+
+# `make check` runs -m "not slow and not postgres": the fast tests on SQLite, for
+# contributors between two edits. `make test` (and so CI) runs everything.
+SLOW_MODULES = {"test_site", "test_fuzz", "test_storage_faults", "test_bench", "test_crash_matrix",
+                "test_chaos", "test_model", "test_packaging"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "postgres: needs the throwaway PostgreSQL server (set by conftest.py)")
+    config.addinivalue_line("markers", "slow: a browser, a build, a crash or chaos run, packaging or a benchmark "
+                                       "(set by conftest.py for SLOW_MODULES)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "postgres_cluster" in getattr(item, "fixturenames", ()) or "postgresql" in params.values():
+            item.add_marker(pytest.mark.postgres)
+        if item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py") in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
