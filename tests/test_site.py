@@ -8,6 +8,11 @@ Two builds run side by side (each executes every page's code, about a minute):
   set, so canonical links and the sitemap name the host, each page has view
   and edit buttons, and each proof table links its test ids to their lines.
 
+Both builds run with the test-only packages (pytest, hypothesis, playwright,
+psycopg) and the ``tests`` package made unimportable, as in a clone where only
+``make site`` has run: a page that imports one of them at build time fails here,
+not only in ``.ci/run``'s build on a clean checkout.
+
 The browser tests serve the built sites on 127.0.0.1 and open them in Debian's
 headless Chromium (driven by Playwright, never its own browser download). They
 fail on any console error, on any request that leaves this machine, on a
@@ -37,6 +42,10 @@ from urllib.parse import urlparse
 
 import pytest
 
+# Two strict builds and a real browser over every page: on a loaded machine this
+# module's tests take minutes, not the suite's default limit of two.
+pytestmark = pytest.mark.timeout(600)
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -50,6 +59,24 @@ Element.prototype.attachShadow = function (init) { return attach.call(this, {...
 LOCAL_SITE_URL = "http://127.0.0.1:8000/"  # mkdocs.yml's default: `make serve`
 PUBLISHED_REPO_URL = "https://github.com/example/queue_core"  # any repository: nothing fetches it
 MERMAID = "assets/javascripts/mermaid.min.js"
+# `python -c DOCS_ONLY_MKDOCS build ...`: mkdocs, with what only `make test`
+# installs (and the test suite itself) unimportable.
+TEST_ONLY = ("pytest", "_pytest", "hypothesis", "playwright", "psycopg", "tests")
+DOCS_ONLY_MKDOCS = f"""
+import sys
+
+class TestOnly:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {TEST_ONLY!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}: test-only, and `make site` does not "
+                                      "install it; a page must not import it at build time", name=name)
+        return None
+
+sys.meta_path.insert(0, TestOnly())
+from mkdocs.__main__ import cli
+sys.argv[0] = "mkdocs"
+cli()
+"""
 
 
 # ------------------------------------------------------------------- builds
@@ -81,7 +108,7 @@ def _start_build(out: Path, *, site_url: str | None, repo_url: str | None) -> Bu
     log = out.with_name(out.name + ".log")
     with open(log, "wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+            [sys.executable, "-c", DOCS_ONLY_MKDOCS, "build", "--strict", "--site-dir", str(out)],
             cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env=env,
         )
     return Build(out, process, log, site_url or LOCAL_SITE_URL, repo_url)
@@ -173,6 +200,14 @@ def diagrams_in(html: str) -> int:
 
 
 # ----------------------------------------------------------- static checks
+
+@pytest.mark.parametrize("module", TEST_ONLY)
+def test_the_builds_cannot_import_a_test_only_package(module: str, tmp_path: Path) -> None:
+    # A negative control for the builds' guard: under it, importing any of them fails.
+    guard = DOCS_ONLY_MKDOCS.replace("from mkdocs.__main__ import cli", f"import {module}")
+    proc = subprocess.run([sys.executable, "-c", guard], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "a page must not import it at build time" in proc.stderr, proc.stderr
+
 
 def test_strict_build_produces_every_page(built_site: Path) -> None:
     pages = sorted(p.relative_to(built_site).as_posix() for p in built_site.rglob("index.html"))
