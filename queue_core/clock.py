@@ -1,7 +1,9 @@
 """Time in whole seconds: the system clock, or a model clock for tests and docs.
 
 Every protocol decision (is the lease still valid? is the retry due?) compares
-integers of this clock. Tests, documentation and the demo use ``ModelClock`` so
+integers of this clock: ``now()`` rounds the time down. A new lease's deadline
+counts from the time rounded up (``time()``, where a clock has fractions), so a
+lease of N seconds lasts at least N seconds, never up to one second less. Tests, documentation and the demo use ``ModelClock`` so
 that nothing ever sleeps and every example is deterministic. All clients of one
 database must share one host clock; see the limits chapter.
 """
@@ -15,7 +17,12 @@ MAX_SECONDS = 2**40  # about 35,000 years: any time plus any lease still fits in
 
 
 class Clock(Protocol):
-    """Anything with ``now()`` returning integer seconds."""
+    """Anything with ``now()`` returning integer seconds (rounded down).
+
+    A clock may also have ``time()``, the same reading with its fraction; the
+    store counts a new lease's deadline from it rounded up. A clock without
+    ``time()`` is taken to tick in whole seconds.
+    """
 
     def now(self) -> int: ...
 
@@ -25,6 +32,10 @@ class SystemClock:
 
     def now(self) -> int:
         return int(time.time())
+
+    def time(self) -> float:
+        """The same clock with its fraction of a second."""
+        return time.time()
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -38,6 +49,10 @@ class ModelClock:
 
     def now(self) -> int:
         return self._now
+
+    def time(self) -> float:
+        """Model time has no fraction: the same whole second."""
+        return float(self._now)
 
     def set(self, seconds: int) -> None:
         """Jump to an absolute time; time may not go backwards."""

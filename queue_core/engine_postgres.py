@@ -156,6 +156,11 @@ class Connection:
         row = self.execute("SELECT floor(extract(epoch FROM clock_timestamp()))::bigint").fetchone()
         return int(row[0])
 
+    def server_time(self) -> float:
+        """The database server's clock in seconds since the epoch, with its fraction."""
+        row = self.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        return float(row[0])
+
     def close(self) -> None:
         self._conn.close()
 

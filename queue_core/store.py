@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import random
 import sqlite3
@@ -238,10 +239,17 @@ class Tx:
         self._server_clock = server_clock
 
     def now(self) -> int:
-        """Read the clock again (a long handler may have let time pass)."""
+        """Read the clock again (a long handler may have let time pass), in whole seconds rounded down."""
         if self._server_clock:  # PostgreSQL with the system clock: the server's, one clock for every host
             return int(self.conn.server_now())  # type: ignore[attr-defined]
         return self.clock.now()
+
+    def instant(self) -> float:
+        """Read the clock again with its fraction (a clock without ``time()`` ticks in whole seconds)."""
+        if self._server_clock:
+            return float(self.conn.server_time())  # type: ignore[attr-defined]
+        reading = getattr(self.clock, "time", None)
+        return float(reading()) if callable(reading) else float(self.clock.now())
 
     def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         """Run one statement with bound parameters inside this transaction."""
@@ -716,17 +724,18 @@ class Store:
         goes to dead instead, and the search goes on.
         """
         _check_lease_seconds(lease_seconds)
-        now = tx.now()
-        leases = self._claim_up_to(tx, 1, lease_seconds, now)
+        leases = self._claim_up_to(tx, 1, lease_seconds, tx.instant())
         return leases[0] if leases else None
 
-    def _claim_up_to(self, tx: Tx, count: int, lease_seconds: int, now: int) -> list[Lease]:
+    def _claim_up_to(self, tx: Tx, count: int, lease_seconds: int, instant: float) -> list[Lease]:
         """Lease the next ``count`` claimable messages in claim order: what ``count`` claims would lease.
 
         One read finds the candidates. A candidate whose last allowed lease
         ran out goes to dead (a silent death spent the budget), and the search
-        goes on past it.
+        goes on past it. ``instant`` is the clock's reading: what has come is
+        decided on it rounded down, a new lease counts from it rounded up.
         """
+        now, lease_until = math.floor(instant), lease_deadline(instant, lease_seconds)
         leases: list[Lease] = []
         while len(leases) < count:
             rows = tx.execute(
@@ -754,7 +763,7 @@ class Store:
                     )
                     self._at("claim.after_expire")
                     continue
-                lease = Lease(event_id, generation + 1, attempts + 1, now + lease_seconds)
+                lease = Lease(event_id, generation + 1, attempts + 1, lease_until)
                 tx.execute(
                     """
                     UPDATE messages
@@ -885,7 +894,7 @@ class Store:
         """``claim_many`` inside the caller's transaction."""
         _check_count(count)
         _check_lease_seconds(lease_seconds)
-        return self._claim_up_to(tx, count, lease_seconds, tx.now())
+        return self._claim_up_to(tx, count, lease_seconds, tx.instant())
 
     def complete_many(self, leases: Iterable[Lease], handler: Handler) -> list[Completion]:
         """Complete several leased messages in one transaction, each with its own effect and ACK.
@@ -945,8 +954,9 @@ class Store:
         _check_lease_seconds(lease_seconds)
         self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
         self._at("extend.after_read")
-        now = tx.now()
-        extended = Lease(lease.event_id, lease.generation, lease.attempt, now + lease_seconds)
+        instant = tx.instant()
+        now = math.floor(instant)
+        extended = Lease(lease.event_id, lease.generation, lease.attempt, lease_deadline(instant, lease_seconds))
         # The same fence in the UPDATE itself, as in complete_tx.
         changed = tx.execute(
             "UPDATE messages SET lease_until = ? "
@@ -1213,6 +1223,16 @@ def refusal(exc: Exception) -> tuple[str, str | None, bool]:
     if isinstance(exc, HandlerFailure):
         return exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
     return HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
+
+
+def lease_deadline(instant: float, lease_seconds: int) -> int:
+    """A new lease's ``lease_until``: counted from the next whole second, so it lasts at least ``lease_seconds``.
+
+    A lease is valid while ``now() < lease_until``, and ``now()`` rounds the time
+    down: counted from the second below, a lease taken at 1000.9 would end at
+    1001.0 after 0.1 s.
+    """
+    return math.ceil(instant) + lease_seconds
 
 
 def payload_digest(canonical: str) -> str:
