@@ -29,6 +29,7 @@ from queue_core import (
     Message,
     ModelClock,
     PermanentFailure,
+    StorageError,
     Store,
     TemporaryFailure,
     Tx,
@@ -38,6 +39,7 @@ from queue_core import (
 )
 
 from queue_core.store import Lease
+from queue_core.testing.faults import FaultPlan
 
 from .support import DEMO_LINES, line, money, until
 
@@ -257,6 +259,40 @@ def start_child(target: str, folder: Path) -> tuple[subprocess.Popen[str], Path,
     until(lambda: started.exists() or child.poll() is not None, timeout=30)
     assert started.exists(), child.communicate()
     return child, started, go
+
+
+def test_by_default_two_failed_beats_in_a_row_still_leave_the_third_in_time(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Path,
+) -> None:
+    # The default interval is a quarter of the lease: with beats 1 and 2 failing
+    # (a storage error each, at once), beat 3 runs three quarters into the lease
+    # and extends it; the long step outlives the first lease and its effect is written.
+    # The real clock (PostgreSQL: the server's); only the two storage errors are planted.
+    failures = {"left": 2}
+    reached: list[float] = []
+
+    def fail_twice() -> None:
+        reached.append(time.monotonic())
+        if failures["left"]:
+            failures["left"] -= 1
+            raise StorageError("a planted storage error: this beat fails at once")
+
+    target = request.getfixturevalue("postgres_url") if engine == "postgresql" else tmp_path / "q.sqlite3"
+    with Store(target, probe=FaultPlan().arm("extend.after_read", fail_twice)) as store:
+        ledger.install(store)
+        store.enqueue(line("E0001"))
+        claimed_at: list[float] = []
+
+        def prepare(message: Message) -> str:
+            claimed_at.append(time.monotonic())
+            time.sleep(4.3)  # past the first 4-second lease, which ends at most 5 s after the claim
+            return "scored"
+
+        summary = work(store, LongHandler(prepare, write_effect), lease_seconds=4)
+        assert summary == WorkSummary(claimed=1, done=1), summary
+        assert failures["left"] == 0 and len(reached) >= 3  # two failed beats, then at least one that counted
+        assert money(store) == (1, 100)
+    assert reached[2] - claimed_at[0] < 4  # the third beat came before the first lease could end
 
 
 def test_a_long_step_outlives_its_first_lease_in_another_process(store: Store, tmp_path: Path) -> None:
