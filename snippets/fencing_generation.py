@@ -3,8 +3,9 @@
 Worker A claims E0001 (generation 1) and stalls past its lease; worker B
 claims it again (generation 2). A wakes up inside B's lease: the time check
 alone would pass, but A presents generation 1 and the row holds 2, so the
-transaction that would have written A's effect is refused (LeaseLost). B's
-completion is the only effect.
+transaction that would have written A's effect is refused (LeaseLost). A's
+failure report is refused the same way and moves nothing. B's completion is
+the only effect.
 
 Run it in an empty folder with queue_core installed: python fencing_generation.py
 """
@@ -37,9 +38,18 @@ with tempfile.TemporaryDirectory() as folder:
     try:
         store.complete(a, Handler())
     except LeaseLost as exc:
+        assert exc.code == "lease_lost"
         refusal = str(exc)
         row("A wakes: complete", "LeaseLost")
+    try:
+        store.fail(a, "downstream_unavailable")  # A reports a failure instead: fenced the same way
+    except LeaseLost as exc:
+        assert exc.code == "lease_lost"
+        row("A wakes: fail", "LeaseLost")
+    m = store.message("E0001")
+    assert (m.state, m.generation, m.attempts, m.last_error) == ("leased", 2, 2, None)  # B's lease, untouched
     row("B: complete", store.complete(b, Handler()).outcome.value)
+    assert ledger.effects(store) == [("E0001", "book", 10000)]  # one effect, B's
     print()
     print("A was refused:")
     print(f"  {refusal}")
