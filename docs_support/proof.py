@@ -37,25 +37,28 @@ def _line_of(file: str, name: str) -> int:
     raise AssertionError(f"proof names tests/{file}::{name}, which does not exist")
 
 
+def cell(test: str) -> str:
+    """A test id for a table cell: checked to exist, linked to its line when ``REPO_URL`` is set."""
+    file, _, name = test.partition("::")
+    if name:
+        anchor = f"#L{_line_of(file, name.split('[')[0])}"
+    elif (TESTS / file).is_file():
+        anchor = ""  # a whole test file
+    else:
+        raise AssertionError(f"proof names tests/{file}, which does not exist")
+    repo = os.environ.get("REPO_URL", "").rstrip("/")
+    label = f"`tests/{test}`"
+    return f"[{label}]({repo}/blob/main/tests/{file}{anchor})" if repo else label
+
+
 def table(rows: list[tuple[str, str]]) -> str:
     """Markdown: a claim | test table, each test checked to exist, and the command that runs them."""
     if not rows:
         raise AssertionError("a proof needs at least one test")
-    repo = os.environ.get("REPO_URL", "").rstrip("/")
     lines = ["| claim | test |", "| --- | --- |"]
     ids: list[str] = []
     for claim, test in rows:
-        file, _, name = test.partition("::")
-        if name:
-            anchor = f"#L{_line_of(file, name.split('[')[0])}"
-        elif (TESTS / file).is_file():
-            anchor = ""  # a whole test file
-        else:
-            raise AssertionError(f"proof names tests/{file}, which does not exist")
-        label = f"`tests/{test}`"
-        if repo:
-            label = f"[{label}]({repo}/blob/main/tests/{file}{anchor})"
-        lines.append(f"| {claim} | {label} |")
+        lines.append(f"| {claim} | {cell(test)} |")
         if f"tests/{test}" not in ids:
             ids.append(f"tests/{test}")
     quoted = [f"'{test}'" if "[" in test else test for test in ids]  # brackets are shell patterns

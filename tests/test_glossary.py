@@ -33,6 +33,7 @@ CORE_TERMS = ["Lease", "ACK", "Retry", "Backoff", "DLQ", "Fencing", "Effect", "R
 TERMS = {
     "Queue": None, "Canonical payload": "canonical payload", "`available_at`": "available_at",
     "Claim": None, "Lease": "lease", "At-least-once": "at-least-once", "Generation": "generation",
+    "Delivery": None, "At-most-once": None, "Exactly-once": None, "Idempotency": None,
     "Fencing": "fencing", "`LeaseLost`": "LeaseLost", "Effect": "effect", "ACK": "ACK", "Outbox": "outbox",
     "Retry": "retry", "Backoff": "backoff", "Attempt budget": None, "Cycle": "cycle", "DLQ": "DLQ",
     "Dead letter": "dead letter", "Redrive": "redrive", "Receipt": "receipt",
