@@ -4,6 +4,8 @@
 # Each creates .venv and installs the pinned dependencies it needs by itself.
 # For contributors, between two edits:
 #   make check   type-check, then the fast tests on SQLite (no PostgreSQL, no browser, no slow proof runs)
+# For readers who want to run the documentation itself:
+#   make docs-test   every page's blocks, shell sessions and snippet programs, in .venv-docs
 
 PYTHON ?= python3
 VENV   := .venv
@@ -13,7 +15,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: test check serve site bench clean
+.PHONY: test check docs-test serve site bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "queue_core needs Python >= 3.11; run: make PYTHON=python3.12 ...")'
@@ -47,6 +49,21 @@ serve: $(VENV)/.docs-installed
 	@echo "Serving the site at http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
 	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory site
 
+# Docs-as-tests in an environment of their own holding only the documentation
+# and docs-test requirements (no browser, no PostgreSQL, no test-only package
+# of the full suite): what a reader needs to run the site's examples.
+DOCS_VENV := .venv-docs
+$(DOCS_VENV)/.installed: requirements-docs.txt requirements-docs-test.txt constraints.txt pyproject.toml
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		-r requirements-docs.txt -r requirements-docs-test.txt
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	@touch $@
+
+docs-test: $(DOCS_VENV)/.installed
+	$(DOCS_VENV)/bin/python -m pytest -q -p no:cacheprovider docs tests/test_snippets.py \
+		tests/test_docs_console.py tests/test_page_outputs.py tests/test_readme.py
+
 # The benchmark (not part of `make test`): its own venv with the peers and matplotlib.
 BENCH_VENV := .venv-bench
 $(BENCH_VENV)/.installed: requirements-bench.txt pyproject.toml
@@ -59,4 +76,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python scripts/bench.py --out docs/assets/bench
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) site build *.egg-info .pytest_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) site build *.egg-info .pytest_cache .hypothesis test-artifacts

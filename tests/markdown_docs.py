@@ -93,20 +93,31 @@ def python_fences(path: Path) -> list[set[str]]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    """What this run ran: the pages whose blocks it collected, not every page of the site."""
     if not config.option.markdowndocs:
         return
     ran = {"passed": 0, "failed": 0}
+    pages_run: set[str] = set()
+    snippets = {"passed": 0, "failed": 0}
     for outcome in ("passed", "failed"):
         for report in terminalreporter.stats.get(outcome, []):
-            if report.when == "call" and "CodeFence#" in report.nodeid:
+            if report.when != "call":
+                continue
+            if "CodeFence#" in report.nodeid:
                 ran[outcome] += 1
-    pages = sorted(DOCS.rglob("*.md"))
-    fences = [options for page in pages for options in python_fences(page)]
+                pages_run.add(report.nodeid.split("::", 1)[0])
+            elif "test_snippet_runs_alone_and_prints_what_is_recorded" in report.nodeid:
+                snippets[outcome] += 1
+    if not pages_run and not any(snippets.values()):
+        return  # this run ran no documentation
+    pages = sorted(ROOT / name for name in pages_run)
+    fences = [options for page in pages if page.is_file() for options in python_fences(page)]
     skipped = sum(1 for options in fences if "notest" in options)
-    snippets = sorted((ROOT / "snippets").glob("*.py"))
     terminalreporter.write_sep("-", "documentation examples")
     terminalreporter.write_line(
         f"markdown Python blocks: {ran['passed']} ran and passed, {ran['failed']} failed, "
-        f"{skipped} deliberately not run (notest fragments), on {len(pages)} pages"
+        f"{skipped} deliberately not run (notest fragments), on {len(pages_run)} "
+        + ("page" if len(pages_run) == 1 else "pages")
     )
-    terminalreporter.write_line(f"snippet programs in snippets/: {len(snippets)} (each run as a subprocess)")
+    terminalreporter.write_line(f"snippet programs run as a subprocess: {snippets['passed']} passed, "
+                                f"{snippets['failed']} failed")
