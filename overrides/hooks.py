@@ -1,17 +1,85 @@
-"""MkDocs build hook (mkdocs.yml `hooks:`): no repository, no repository buttons.
+"""MkDocs build hooks (mkdocs.yml `hooks:`): repository buttons, and the example programs as downloads.
 
-`repo_url` comes from the environment (REPO_URL, set by the Pages workflow).
-Without it MkDocs would still join `edit_uri` onto nothing and give every page
-a relative, broken "edit" link (and warn, which fails the strict build), so
-the build drops `edit_uri` and the pages get neither an edit nor a view button.
+* No repository, no repository buttons. `repo_url` comes from the environment
+  (REPO_URL, set by the Pages workflow). Without it MkDocs would still join
+  `edit_uri` onto nothing and give every page a relative, broken "edit" link
+  (and warn, which fails the strict build), so the build drops `edit_uri` and
+  the pages get neither an edit nor a view button.
+* Every program in `snippets/` (and its data files) is published beside the
+  pages as `snippets/<name>`, with all of them in one archive,
+  `snippets/queue_core-examples.zip`; under every block that includes a
+  program, a page gets a link that downloads it. A reader needs no clone.
 """
 
 from __future__ import annotations
 
+import io
+import re
+import zipfile
+from pathlib import Path
 from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parent.parent
+SNIPPETS = ROOT / "snippets"
+ARCHIVE = "snippets/queue_core-examples.zip"
+INCLUDE = re.compile(r'^(?P<indent>[ \t]*)--8<--[ \t]+"snippets/(?P<name>[^"]+\.py)"[ \t]*$')
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
+
+
+def examples() -> list[Path]:
+    """What a reader can download: the programs and the batches they read."""
+    return sorted(p for p in SNIPPETS.iterdir() if p.suffix in (".py", ".jsonl"))
+
+
+def archive() -> bytes:
+    """Every example in one zip, under a folder of its own."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in examples():
+            info = zipfile.ZipInfo(f"queue_core-examples/{path.name}", date_time=(2026, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes())  # a fixed date: the same archive on every build
+    return buffer.getvalue()
 
 
 def on_config(config: Any) -> Any:
     if not config.get("repo_url"):
         config["edit_uri"] = None
     return config
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for path in examples():
+        files.append(File.generated(config, f"snippets/{path.name}", abs_src_path=str(path)))
+    files.append(File.generated(config, ARCHIVE, content=archive()))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    """After each fence that includes a program, a link that downloads it."""
+    up = "../" * page.file.src_uri.count("/")  # from this page's folder to the docs root
+    lines = markdown.split("\n")
+    out: list[str] = []
+    pending: tuple[str, str] | None = None  # (indent, name) of the program in the open fence
+    fence: tuple[str, str] | None = None  # (indent, fence) of the open fence
+    for line in lines:
+        out.append(line)
+        opened = FENCE.match(line)
+        if fence is None:
+            if opened is not None:
+                fence = (opened["indent"], opened["fence"])
+            continue
+        included = INCLUDE.match(line)
+        if included is not None:
+            pending = (fence[0], included["name"])
+        elif opened is not None and line.strip() == fence[1][0] * len(line.strip()) and \
+                len(line.strip()) >= len(fence[1]) and opened["indent"] == fence[0]:
+            if pending is not None:
+                indent, name = pending
+                out.append("")
+                out.append(f'{indent}[:material-download: Download `{name}`]({up}snippets/{name})'
+                           f'{{ download="{name}" }} · [all examples (zip)]({up}{ARCHIVE}){{ download }}')
+            fence, pending = None, None
+    return "\n".join(out)

@@ -220,6 +220,30 @@ def test_strict_build_produces_every_page(built_site: Path) -> None:
             assert host not in html, f"{page} refers to {host}"
 
 
+def test_every_included_program_can_be_downloaded_from_its_page(built_site: Path) -> None:
+    import zipfile
+
+    docs = ROOT / "docs"
+    seen = set()
+    for page in docs.rglob("*.md"):
+        names = re.findall(r'--8<--\s+"snippets/([^"]+\.py)"', page.read_text(encoding="utf-8"))
+        if not names:
+            continue
+        rel = page.relative_to(docs).with_suffix("")
+        html_path = built_site / (rel.parent if rel.name == "index" else rel) / "index.html"
+        html = html_path.read_text(encoding="utf-8")
+        for name in names:
+            link = re.search(rf'<a download="{re.escape(name)}" href="([^"]+)"', html)
+            assert link is not None, f"{page.name}: no download link for {name}"
+            served = (html_path.parent / link.group(1)).resolve()
+            assert served.read_bytes() == (ROOT / "snippets" / name).read_bytes(), name
+            seen.add(name)
+    assert seen == {p.name for p in (ROOT / "snippets").glob("*.py")}  # every program is on some page
+    with zipfile.ZipFile(built_site / "snippets" / "queue_core-examples.zip") as zf:
+        packed = {Path(n).name: zf.read(n) for n in zf.namelist()}
+    assert packed == {p.name: p.read_bytes() for p in (ROOT / "snippets").iterdir() if p.suffix in (".py", ".jsonl")}
+
+
 def test_local_build_names_make_serve_and_has_no_repository_links(built_site: Path) -> None:
     pages = site_pages(built_site)
     assert sitemap_urls(built_site) == {LOCAL_SITE_URL + path.lstrip("/") for path in pages}
