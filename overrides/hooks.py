@@ -9,10 +9,15 @@
   pages as `snippets/<name>`, with all of them in one archive,
   `snippets/queue_core-examples.zip`; under every block that includes a
   program, a page gets a link that downloads it. A reader needs no clone.
+* The copy button of a shell session copies its commands only: no `$ `
+  prompt and no output, so that what is pasted into a shell runs (a
+  here-document's lines are part of its command). Material copies a block's
+  `data-copy` attribute when it has one.
 """
 
 from __future__ import annotations
 
+import html
 import io
 import re
 import zipfile
@@ -83,3 +88,39 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
                            f'{{ download="{name}" }} · [all examples (zip)]({up}{ARCHIVE}){{ download }}')
             fence, pending = None, None
     return "\n".join(out)
+
+
+CODE = re.compile(r'<pre>(?P<head><span></span>)?<code>(?P<code>.*?)</code></pre>', re.S)
+LINE_ANCHOR = re.compile(r'<a id="__codelineno-[^"]*"[^>]*></a>')
+PROMPT = '<span class="gp">$ </span>'
+HEREDOC = re.compile(r"<<-?\s*'?(?P<end>[A-Za-z_]+)'?")
+
+
+def session_commands(code_html: str) -> str | None:
+    """The commands of a rendered shell session (prompts and output left out); None if it is no session."""
+    if PROMPT not in code_html:
+        return None
+    commands: list[str] = []
+    heredoc_end: str | None = None
+    for line in LINE_ANCHOR.sub("", code_html).split("\n"):
+        text = html.unescape(re.sub(r"<[^>]+>", "", line))
+        if heredoc_end is not None:
+            commands.append(text)
+            if text.strip() == heredoc_end:
+                heredoc_end = None
+        elif line.startswith(PROMPT):
+            command = text[2:]
+            commands.append(command)
+            here = HEREDOC.search(command)
+            heredoc_end = here["end"] if here else None
+    return "\n".join(commands)
+
+
+def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
+    def mark(match: re.Match[str]) -> str:
+        commands = session_commands(match["code"])
+        if commands is None:
+            return match.group(0)
+        return f'<pre data-copy="{html.escape(commands, quote=True)}">' + match.group(0)[len("<pre>"):]
+
+    return CODE.sub(mark, content)

@@ -424,6 +424,40 @@ def test_palette_follows_the_system_preference(browser, served_site: str, prefer
         context.close()
 
 
+# What the copy button put on the clipboard: clipboard.js selects a hidden
+# textarea holding the text and runs the copy command.
+RECORD_COPIES = """
+document.addEventListener("copy", () => {
+  const el = document.activeElement;
+  window.__copied = el && "value" in el ? el.value.slice(el.selectionStart, el.selectionEnd)
+                                        : document.getSelection().toString();
+}, true);
+"""
+
+
+def test_the_copy_button_of_a_shell_session_copies_commands_that_run(browser, served_site: str,
+                                                                    tmp_path: Path) -> None:
+    context, page, problems, _ = open_page(browser, served_site + "/start/")
+    try:
+        page.evaluate(RECORD_COPIES)
+        block = page.locator("div.highlight", has_text="cat > batch.jsonl").first
+        block.hover()
+        block.locator("button[data-md-type=copy]").click()  # Material's copy button
+        page.wait_for_function("() => window.__copied !== undefined", timeout=10_000)
+        copied = page.evaluate("window.__copied")
+        assert problems == []
+    finally:
+        context.close()
+    assert "$ " not in copied and '{"accepted"' not in copied  # no prompt, no output
+    assert copied.startswith("cat > batch.jsonl <<'EOF'\n") and "\nqueue-core status" in copied
+    # Pasted into a shell, it runs: every command exits 0 (bash -e), as a reader's paste would.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    shell = subprocess.run(["bash", "-e"], input=copied + "\n", cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shell.returncode == 0, shell.stderr
+    assert "total_cents" in shell.stdout and "command not found" not in shell.stderr
+
+
 def test_search_finds_generation(browser, served_site: str) -> None:
     context, page, problems, _ = open_page(browser, served_site + "/")
     try:
