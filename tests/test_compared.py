@@ -24,7 +24,8 @@ from markdown.extensions.toc import slugify
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGE = DOCS / "compared.md"
+PAGE = DOCS / "compared.md"  # chapter 13: the stall side by side, the mechanisms table, where queue_core is weaker
+SYSTEMS_PAGE = DOCS / "compared-systems.md"  # chapter 14: each system in its own words
 
 # The systems the chapter compares with, each with a word that shows it is
 # named, and the addresses of its own documentation or source.
@@ -226,8 +227,13 @@ def page() -> str:
     return PAGE.read_text(encoding="utf-8")
 
 
+def systems_page() -> str:
+    return SYSTEMS_PAGE.read_text(encoding="utf-8")
+
+
 def test_every_footnote_is_defined_once_referenced_and_a_titled_https_link() -> None:
     assert footnote_problems(page()) == []
+    assert footnote_problems(systems_page()) == []
 
 
 def test_every_comparison_cell_about_another_system_is_cited() -> None:
@@ -243,14 +249,17 @@ def test_every_comparison_cell_about_another_system_is_cited() -> None:
 
 def test_every_system_is_named_and_cited_to_its_own_pages() -> None:
     assert system_problems(page()) == []
+    assert system_problems(systems_page()) == []
 
 
 def test_every_relative_link_and_anchor_exists() -> None:
     assert link_problems(page()) == []
+    assert link_problems(systems_page(), page="compared-systems.md") == []
 
 
 def test_no_internal_words_reach_readers() -> None:
     assert wording_problems(page()) == []
+    assert wording_problems(systems_page()) == []
 
 
 BAD_PAGE = """\
