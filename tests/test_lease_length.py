@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from queue_core import Handler, LeaseLost, Outcome, Store, ledger
+from queue_core import Handler, Lease, LeaseLost, Outcome, Store, ledger
 
 from .support import batch, line
 
@@ -40,18 +42,26 @@ class FractionalClock:
         return self.t
 
 
+@contextmanager
+def claimed_at(target: str | Path, start: float, lease_seconds: int) -> Iterator[tuple[Store, FractionalClock, Lease]]:
+    """A queue on ``target`` whose one message E0001 was claimed at model time ``start``."""
+    clock = FractionalClock(start)
+    with Store(target, clock=clock) as store:
+        ledger.install(store)
+        store.enqueue(line("E0001"))
+        lease = store.claim(lease_seconds)
+        assert lease is not None
+        yield store, clock, lease
+
+
 @pytest.fixture
 def target(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str | Path:
     return request.getfixturevalue("postgres_url") if engine == "postgresql" else tmp_path / "queue.sqlite3"
 
 
-def test_a_lease_taken_late_in_a_second_lasts_its_full_length(target: str | Path, engine: str) -> None:
-    clock = FractionalClock(1000.89)
-    with Store(target, clock=clock) as store:
-        ledger.install(store)
-        store.enqueue(line("E0001"))
-        lease = store.claim(1)
-        assert lease is not None and lease.lease_until == 1002  # 1001 (1000.89 rounded up) + 1
+def test_a_lease_taken_late_in_a_second_lasts_its_full_length(target: str | Path) -> None:
+    with claimed_at(target, 1000.89, 1) as (store, clock, lease):
+        assert lease.lease_until == 1002  # 1001 (1000.89 rounded up) + 1
         for t in (1001.0, 1001.5, 1001.89, 1001.99):  # up to and past 1 s after the claim: still held
             clock.t = t
             assert held(store, lease) == "E0001", t
@@ -62,12 +72,8 @@ def test_a_lease_taken_late_in_a_second_lasts_its_full_length(target: str | Path
 
 
 def test_an_extension_counts_from_the_next_whole_second_too(target: str | Path) -> None:
-    clock = FractionalClock(1000.2)
-    with Store(target, clock=clock) as store:
-        ledger.install(store)
-        store.enqueue(line("E0001"))
-        lease = store.claim(2)
-        assert lease is not None and lease.lease_until == 1003
+    with claimed_at(target, 1000.2, 2) as (store, clock, lease):
+        assert lease.lease_until == 1003
         clock.t = 1002.7
         extended = store.extend(lease, 2)
         assert extended.lease_until == 1005  # 1003 (1002.7 rounded up) + 2: at least 2 s from the extension
@@ -77,12 +83,8 @@ def test_an_extension_counts_from_the_next_whole_second_too(target: str | Path) 
 
 def test_on_whole_seconds_a_lease_lasts_exactly_its_length(target: str | Path) -> None:
     # The model clock of every chapter ticks in whole seconds: nothing there changes.
-    clock = FractionalClock(1000.0)
-    with Store(target, clock=clock) as store:
-        ledger.install(store)
-        store.enqueue(line("E0001"))
-        lease = store.claim(2)
-        assert lease is not None and lease.lease_until == 1002
+    with claimed_at(target, 1000.0, 2) as (store, clock, lease):
+        assert lease.lease_until == 1002
         clock.t = 1002.0
         with pytest.raises(LeaseLost):
             held(store, lease)
