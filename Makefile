@@ -30,7 +30,14 @@ $(VENV)/.test-installed: $(VENV)/.docs-installed requirements-test.txt
 	$(PIP) -r requirements-test.txt
 	@touch $@
 
-test: $(VENV)/.test-installed
+# axe-core, pinned with its integrity in tests/browser/package-lock.json, for the
+# browser test's accessibility check (npm ci installs exactly the locked version).
+AXE := tests/browser/node_modules/axe-core/axe.min.js
+$(AXE): tests/browser/package.json tests/browser/package-lock.json
+	npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
+	@touch $@
+
+test: $(VENV)/.test-installed $(AXE)
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
 
@@ -76,4 +83,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python scripts/bench.py --out docs/assets/bench
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) site build *.egg-info .pytest_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) tests/browser/node_modules site build *.egg-info .pytest_cache .hypothesis test-artifacts

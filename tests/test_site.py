@@ -19,7 +19,9 @@ fail on any console error, on any request that leaves this machine, on a
 diagram that is not rendered to SVG, on a page without diagrams that downloads
 mermaid, if instant navigation to a page with diagrams leaves them unrendered,
 if the palette ignores the system's light/dark preference, and if search cannot
-find "generation". Screenshots land in ``test-artifacts/screenshots/``.
+find "generation". They also run axe-core (pinned in tests/browser/package-lock.json)
+on every page of the local build in both palettes, and fail on any serious or
+critical violation. Screenshots land in ``test-artifacts/screenshots/``.
 
 Where Chromium is missing the browser tests are skipped, except under CI
 (``CI=true``), where a missing browser is a failure: ``.ci/run`` installs it.
@@ -59,6 +61,12 @@ Element.prototype.attachShadow = function (init) { return attach.call(this, {...
 LOCAL_SITE_URL = "http://127.0.0.1:8000/"  # mkdocs.yml's default: `make serve`
 PUBLISHED_REPO_URL = "https://github.com/example/queue_core"  # any repository: nothing fetches it
 MERMAID = "assets/javascripts/mermaid.min.js"
+# axe-core, the accessibility engine behind Lighthouse: `make test` installs the
+# version locked in tests/browser/package-lock.json (npm ci), never a CDN copy.
+AXE = ROOT / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+RUN_AXE = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
+  .filter(v => v.impact === "serious" || v.impact === "critical")
+  .map(v => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(", ")}`)"""
 # `python -c DOCS_ONLY_MKDOCS build ...`: mkdocs, with what only `make test`
 # installs (and the test suite itself) unimportable.
 TEST_ONLY = ("pytest", "_pytest", "hypothesis", "playwright", "psycopg", "tests")
@@ -456,6 +464,54 @@ def test_the_copy_button_of_a_shell_session_copies_commands_that_run(browser, se
                            capture_output=True, text=True, timeout=120)
     assert shell.returncode == 0, shell.stderr
     assert "total_cents" in shell.stdout and "command not found" not in shell.stderr
+
+
+def axe_or_skip() -> Path:
+    if not AXE.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{AXE.relative_to(ROOT)} is missing: make test installs it (npm ci --prefix tests/browser)")
+        pytest.skip("axe-core is not installed: make test installs it (npm ci --prefix tests/browser)")
+    return AXE
+
+
+def test_no_page_has_a_serious_or_critical_accessibility_violation_in_either_palette(
+    browser, served_site: str, built_site: Path,
+) -> None:
+    axe = axe_or_skip()
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+    page = context.new_page()
+    found: dict[str, list[str]] = {}
+    try:
+        for path in site_pages(built_site):
+            page.emulate_media(color_scheme="light")
+            page.goto(served_site + path, wait_until="networkidle")
+            page.add_script_tag(path=str(axe))
+            for scheme, palette in (("light", "default"), ("dark", "slate")):
+                # The palette follows the system's preference: switch it, and wait until the page has.
+                page.emulate_media(color_scheme=scheme)
+                page.wait_for_function(f"document.body.getAttribute('data-md-color-scheme') === '{palette}'",
+                                       timeout=10_000)
+                violations = page.evaluate(RUN_AXE)
+                if violations:
+                    found[f"{path} ({scheme})"] = violations
+    finally:
+        context.close()
+    assert found == {}
+
+
+def test_the_accessibility_check_finds_what_it_should(browser) -> None:
+    # A negative control: grey text on grey and a button without a name are found.
+    axe = axe_or_skip()
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.set_content('<html lang="en"><head><title>t</title></head><body><main>'
+                         '<p style="color:#777;background:#888">grey on grey</p><button></button></main></body></html>')
+        page.add_script_tag(path=str(axe))
+        violations = " ".join(page.evaluate(RUN_AXE))
+    finally:
+        context.close()
+    assert "color-contrast (serious)" in violations and "button-name (critical)" in violations
 
 
 def test_search_finds_generation(browser, served_site: str) -> None:
