@@ -66,20 +66,99 @@ V1_APPLICATION_ID = 0x51436F72
 # (event_id, payload, state, attempts, generation, available_at, lease_until, last_error):
 # every state, and each way of reaching it, as v1 stored them (canonical payloads).
 V1_MESSAGES = [
-    ("E0001", '{"amount_cents":10000,"category":"book"}', "done", 1, 1, 1000, None, None),
-    ("E0002", '{"amount_cents":2000,"category":"pen"}', "ready", 1, 1, 1001, None, "downstream_unavailable"),
-    ("E0003", '{"amount_cents":5000,"category":"book"}', "leased", 1, 1, 1000, 1002, None),
-    ("E0004", '{"amount_cents":3000,"category":"toy"}', "dead", 1, 1, 1000, None, "invalid_payload"),
+    (
+        "E0001",
+        '{"amount_cents":10000,"category":"book"}',
+        "done",
+        1,
+        1,
+        1000,
+        None,
+        None,
+    ),
+    (
+        "E0002",
+        '{"amount_cents":2000,"category":"pen"}',
+        "ready",
+        1,
+        1,
+        1001,
+        None,
+        "downstream_unavailable",
+    ),
+    (
+        "E0003",
+        '{"amount_cents":5000,"category":"book"}',
+        "leased",
+        1,
+        1,
+        1000,
+        1002,
+        None,
+    ),
+    (
+        "E0004",
+        '{"amount_cents":3000,"category":"toy"}',
+        "dead",
+        1,
+        1,
+        1000,
+        None,
+        "invalid_payload",
+    ),
     ("E0005", '{"amount_cents":700,"category":"bag"}', "ready", 0, 0, 1000, None, None),
-    ("E0006", '{"amount_cents":800,"category":"pen"}', "dead", 3, 3, 1000, None, "lease_expired"),
-    ("E0007", '{"amount_cents":900,"category":"book","operation":"op-7","tenant":"north"}',
-     "done", 1, 1, 1000, None, None),
-    ("E0008", '{"amount_cents":400,"category":"toy"}', "ready", 0, 2, 1500, None, "invalid_payload"),  # redriven
-    ("E0009", '{"amount_cents":300,"category":"pen"}', "leased", 2, 2, 1001, 1031, "timeout"),  # retried, claimed
+    (
+        "E0006",
+        '{"amount_cents":800,"category":"pen"}',
+        "dead",
+        3,
+        3,
+        1000,
+        None,
+        "lease_expired",
+    ),
+    (
+        "E0007",
+        '{"amount_cents":900,"category":"book","operation":"op-7","tenant":"north"}',
+        "done",
+        1,
+        1,
+        1000,
+        None,
+        None,
+    ),
+    # redriven
+    (
+        "E0008",
+        '{"amount_cents":400,"category":"toy"}',
+        "ready",
+        0,
+        2,
+        1500,
+        None,
+        "invalid_payload",
+    ),
+    # retried, claimed
+    (
+        "E0009",
+        '{"amount_cents":300,"category":"pen"}',
+        "leased",
+        2,
+        2,
+        1001,
+        1031,
+        "timeout",
+    ),
 ]
 V1_EFFECTS = [("E0001", "book", 10000), ("E0007", "book", 900)]
-V1_RECEIPT_ROWS = [("north", "op-7", '{"amount_cents":900,"category":"book","operation":"op-7","tenant":"north"}',
-                    "E0007")]
+V1_RECEIPT_ROWS = [
+    (
+        "north",
+        "op-7",
+        '{"amount_cents":900,"category":"book","operation":"op-7","tenant":"north"}',
+        "E0007",
+    )
+]
 
 
 def v1_statements(text: str) -> list[str]:
@@ -115,16 +194,20 @@ def make_v1(path: Path, *, with_receipts: bool = True, rows: bool = True) -> Pat
         conn.execute("PRAGMA journal_mode = WAL")
         if rows:
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)", V1_MESSAGES)
+            conn.executemany(
+                "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)", V1_MESSAGES
+            )
             conn.executemany("INSERT INTO effects VALUES (?, ?, ?)", V1_EFFECTS)
             conn.execute("COMMIT")
         if with_receipts:
-            conn.execute("BEGIN IMMEDIATE")  # v1: the first receipts.record created the table lazily
+            # v1: the first receipts.record created the table lazily
+            conn.execute("BEGIN IMMEDIATE")
             conn.execute(V1_RECEIPTS)
-            conn.executemany("INSERT INTO receipts VALUES (?, ?, ?, ?)", V1_RECEIPT_ROWS)
+            conn.executemany(
+                "INSERT INTO receipts VALUES (?, ?, ?, ?)", V1_RECEIPT_ROWS
+            )
             conn.execute("COMMIT")
     return path
-
 
 
 def make_v2(path: Path) -> Path:
@@ -134,7 +217,9 @@ def make_v2(path: Path) -> Path:
         conn.execute("BEGIN IMMEDIATE")
         for statement in database._migration_statements(2):
             conn.execute(statement)
-        conn.execute("UPDATE messages SET last_detail = 'retry after 1 s' WHERE event_id = 'E0002'")
+        conn.execute(
+            "UPDATE messages SET last_detail = 'retry after 1 s' WHERE event_id = 'E0002'"
+        )
         conn.execute("PRAGMA user_version = 2")
         conn.execute("COMMIT")
     return path

@@ -32,7 +32,10 @@ def _line_of(file: str, name: str) -> int:
         raise AssertionError(f"proof names tests/{file}, which does not exist")
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == name
+        ):
             return node.lineno
     raise AssertionError(f"proof names tests/{file}::{name}, which does not exist")
 
@@ -61,6 +64,7 @@ def table(rows: list[tuple[str, str]]) -> str:
         lines.append(f"| {claim} | {cell(test)} |")
         if f"tests/{test}" not in ids:
             ids.append(f"tests/{test}")
-    quoted = [f"'{test}'" if "[" in test else test for test in ids]  # brackets are shell patterns
+    # brackets are shell patterns
+    quoted = [f"'{test}'" if "[" in test else test for test in ids]
     command = " \\\n    ".join([".venv/bin/python -m pytest", *quoted])
     return "\n".join(lines) + f"\n\nRun them:\n\n```bash\n{command}\n```\n"

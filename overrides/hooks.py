@@ -29,7 +29,9 @@ from mkdocs.structure.files import File, Files
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "snippets"
 ARCHIVE = "snippets/queue_core-examples.zip"
-INCLUDE = re.compile(r'^(?P<indent>[ \t]*)--8<--[ \t]+"snippets/(?P<name>[^"]+\.py)"[ \t]*$')
+INCLUDE = re.compile(
+    r'^(?P<indent>[ \t]*)--8<--[ \t]+"snippets/(?P<name>[^"]+\.py)"[ \t]*$'
+)
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
 
 
@@ -43,9 +45,12 @@ def archive() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in examples():
-            info = zipfile.ZipInfo(f"queue_core-examples/{path.name}", date_time=(2026, 1, 1, 0, 0, 0))
+            info = zipfile.ZipInfo(
+                f"queue_core-examples/{path.name}", date_time=(2026, 1, 1, 0, 0, 0)
+            )
             info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, path.read_bytes())  # a fixed date: the same archive on every build
+            # a fixed date: the same archive on every build
+            zf.writestr(info, path.read_bytes())
     return buffer.getvalue()
 
 
@@ -57,17 +62,21 @@ def on_config(config: Any) -> Any:
 
 def on_files(files: Files, config: Any) -> Files:
     for path in examples():
-        files.append(File.generated(config, f"snippets/{path.name}", abs_src_path=str(path)))
+        files.append(
+            File.generated(config, f"snippets/{path.name}", abs_src_path=str(path))
+        )
     files.append(File.generated(config, ARCHIVE, content=archive()))
     return files
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     """After each fence that includes a program, a link that downloads it."""
-    up = "../" * page.file.src_uri.count("/")  # from this page's folder to the docs root
+    # from this page's folder to the docs root
+    up = "../" * page.file.src_uri.count("/")
     lines = markdown.split("\n")
     out: list[str] = []
-    pending: tuple[str, str] | None = None  # (indent, name) of the program in the open fence
+    # (indent, name) of the program in the open fence
+    pending: tuple[str, str] | None = None
     fence: tuple[str, str] | None = None  # (indent, fence) of the open fence
     for line in lines:
         out.append(line)
@@ -79,18 +88,26 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         included = INCLUDE.match(line)
         if included is not None:
             pending = (fence[0], included["name"])
-        elif opened is not None and line.strip() == fence[1][0] * len(line.strip()) and \
-                len(line.strip()) >= len(fence[1]) and opened["indent"] == fence[0]:
+        elif (
+            opened is not None
+            and line.strip() == fence[1][0] * len(line.strip())
+            and len(line.strip()) >= len(fence[1])
+            and opened["indent"] == fence[0]
+        ):
             if pending is not None:
                 indent, name = pending
                 out.append("")
-                out.append(f'{indent}[:material-download: Download `{name}`]({up}snippets/{name})'
-                           f'{{ download="{name}" }} · [all examples (zip)]({up}{ARCHIVE}){{ download }}')
+                out.append(
+                    f"{indent}[:material-download: Download `{name}`]({up}snippets/{name})"
+                    f'{{ download="{name}" }} · [all examples (zip)]({up}{ARCHIVE}){{ download }}'
+                )
             fence, pending = None, None
     return "\n".join(out)
 
 
-CODE = re.compile(r'<pre>(?P<head><span></span>)?<code>(?P<code>.*?)</code></pre>', re.S)
+CODE = re.compile(
+    r"<pre>(?P<head><span></span>)?<code>(?P<code>.*?)</code></pre>", re.S
+)
 LINE_ANCHOR = re.compile(r'<a id="__codelineno-[^"]*"[^>]*></a>')
 PROMPT = '<span class="gp">$ </span>'
 HEREDOC = re.compile(r"<<-?\s*'?(?P<end>[A-Za-z_]+)'?")
@@ -121,6 +138,9 @@ def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
         commands = session_commands(match["code"])
         if commands is None:
             return match.group(0)
-        return f'<pre data-copy="{html.escape(commands, quote=True)}">' + match.group(0)[len("<pre>"):]
+        return (
+            f'<pre data-copy="{html.escape(commands, quote=True)}">'
+            + match.group(0)[len("<pre>") :]
+        )
 
     return CODE.sub(mark, content)

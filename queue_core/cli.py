@@ -25,8 +25,20 @@ from .clock import MAX_SECONDS, Clock, ModelClock
 from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
-from .lab import CASES as LAB_CASES, STORIES as LAB_STORIES, format_text as format_lab, run_lab, to_json as lab_json
-from .ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS, Handler, Report
+from .lab import (
+    CASES as LAB_CASES,
+    STORIES as LAB_STORIES,
+    format_text as format_lab,
+    run_lab,
+    to_json as lab_json,
+)
+from .ledger import (
+    DEFAULT_CATEGORIES,
+    MAX_AMOUNT_CENTS,
+    MIN_AMOUNT_CENTS,
+    Handler,
+    Report,
+)
 from .store import (
     BUSY_RETRY_SECONDS,
     BUSY_TIMEOUT_MS,
@@ -55,13 +67,17 @@ class UsageError(QueueError):
 
 def _whole_number(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: ASCII digits only, within [low, high]."""
+
     def parse(text: str) -> int:
         if not re.fullmatch(r"[0-9]+", text):
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
         value = int(text)
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected a number in {low}..{high}, got {text}")
+            raise argparse.ArgumentTypeError(
+                f"expected a number in {low}..{high}, got {text}"
+            )
         return value
+
     return parse
 
 
@@ -73,20 +89,28 @@ def _age(text: str) -> int:
     """An argparse type: an age such as 3600, 90s, 15m, 12h or 30d, in whole seconds."""
     found = re.fullmatch(r"([0-9]+)([smhd]?)", text)
     if not found:
-        raise argparse.ArgumentTypeError(f"expected an age such as 3600, 90s, 15m, 12h or 30d, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected an age such as 3600, 90s, 15m, 12h or 30d, got {text!r}"
+        )
     seconds = int(found.group(1)) * _UNITS[found.group(2) or "s"]
     if seconds > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"{text} is longer than the clock's range ({MAX_SECONDS} s)")
+        raise argparse.ArgumentTypeError(
+            f"{text} is longer than the clock's range ({MAX_SECONDS} s)"
+        )
     return seconds
 
 
 def _busy_seconds(text: str) -> float:
     """An argparse type: seconds to wait for a busy database, such as 0, 0.5 or 30 (at most an hour)."""
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-        raise argparse.ArgumentTypeError(f"expected seconds such as 0, 0.5 or 30, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected seconds such as 0, 0.5 or 30, got {text!r}"
+        )
     seconds = float(text)
     if seconds > MAX_BUSY_SECONDS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_BUSY_SECONDS} seconds, got {text}")
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_BUSY_SECONDS} seconds, got {text}"
+        )
     return seconds
 
 
@@ -95,9 +119,13 @@ _count = _whole_number(0, 10**9)
 
 
 # The one example line of the help text; tests check that it is a valid line the handler accepts.
-EXAMPLE_LINE = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
-SELF_CONTAINED = ("demo", "lab")  # their own temporary folder and model clock: GLOBAL_OPTIONS do not apply
-GLOBAL_OPTIONS = ("--db", "--now", "--busy-timeout")  # accepted before or after the command's name
+EXAMPLE_LINE = (
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
+)
+# their own temporary folder and model clock: GLOBAL_OPTIONS do not apply
+SELF_CONTAINED = ("demo", "lab")
+# accepted before or after the command's name
+GLOBAL_OPTIONS = ("--db", "--now", "--busy-timeout")
 HELP_WIDTH = 80  # fixed, so that the help is the same in every terminal and on the site
 
 
@@ -105,29 +133,31 @@ def _help_epilog() -> str:
     """What a user needs before the first ``enqueue``: the batch format, the handler's rules, the exit status."""
     categories = ", ".join(sorted(DEFAULT_CATEGORIES))
     paragraphs = [
-        'A batch (for enqueue) is a JSONL file: one event per line, a JSON object '
+        "A batch (for enqueue) is a JSONL file: one event per line, a JSON object "
         'with exactly the keys "event_id" and "payload", for example',
         "  " + EXAMPLE_LINE,
-        'event_id is E and four digits (E0001); payload is a JSON object. An id '
-        'already stored (or earlier in the batch) with the same payload is a '
-        'duplicate, stored once; with another payload it rejects the batch. One '
-        'bad line rejects the whole batch: nothing is written.',
+        "event_id is E and four digits (E0001); payload is a JSON object. An id "
+        "already stored (or earlier in the batch) with the same payload is a "
+        "duplicate, stored once; with another payload it rejects the batch. One "
+        "bad line rejects the whole batch: nothing is written.",
         f'The command line runs the reference handler, the ledger: "category" is '
-        f'one of {categories} (work --category NAME adds one), '
+        f"one of {categories} (work --category NAME adds one), "
         f'"amount_cents" an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} (true '
-        f'and false are not integers). Any other payload is a permanent failure: '
-        f'the message becomes a dead letter at once (see dead and redrive).',
+        f"and false are not integers). Any other payload is a permanent failure: "
+        f"the message becomes a dead letter at once (see dead and redrive).",
         f'{" and ".join(SELF_CONTAINED)} run in a temporary folder of their own '
         f'with a model clock: they take none of {", ".join(GLOBAL_OPTIONS)}.',
-        'Exit status: 0 success; 2 rejected input or usage error (nothing '
-        'written); 1 anything else; 130 interrupted. An error prints one line on '
+        "Exit status: 0 success; 2 rejected input or usage error (nothing "
+        "written); 1 anything else; 130 interrupted. An error prints one line on "
         'stderr: "queue-core: <code>: <what is wrong>".',
         "Start with: queue-core demo",
     ]
     width = HELP_WIDTH - 2  # argparse's own margin
-    return "\n\n".join(
-        p if p.startswith("  ") else textwrap.fill(p, width, break_on_hyphens=False) for p in paragraphs
-    ).replace("\n\n  ", "\n  ")  # the example line belongs to the sentence above it
+    text = "\n\n".join(
+        p if p.startswith("  ") else textwrap.fill(p, width, break_on_hyphens=False)
+        for p in paragraphs
+    )
+    return text.replace("\n\n  ", "\n  ")  # the example line joins the sentence above
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -146,59 +176,121 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     # Global options are accepted before or after the command name.
     common = _Parser(add_help=False)
-    common.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS,
-                        help=f"queue database file (default: {DEFAULT_DB} in the working directory), "
-                             "or a postgresql:// URL")
-    common.add_argument("--now", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
-                        help="model time in whole seconds instead of the system clock")
-    common.add_argument("--busy-timeout", metavar="SECONDS", type=_busy_seconds, default=argparse.SUPPRESS,
-                        help=f"how long to wait for a database that another writer holds before failing "
-                             f"with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)")
+    common.add_argument(
+        "--db",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help=f"queue database file (default: {DEFAULT_DB} in the working directory), "
+        "or a postgresql:// URL",
+    )
+    common.add_argument(
+        "--now",
+        metavar="SECONDS",
+        type=_seconds,
+        default=argparse.SUPPRESS,
+        help="model time in whole seconds instead of the system clock",
+    )
+    common.add_argument(
+        "--busy-timeout",
+        metavar="SECONDS",
+        type=_busy_seconds,
+        default=argparse.SUPPRESS,
+        help=f"how long to wait for a database that another writer holds before failing "
+        f"with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)",
+    )
     # demo and lab accept these options only to refuse them with a clear message.
     refused = _Parser(add_help=False)
     for option in GLOBAL_OPTIONS:
         refused.add_argument(option, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     parser = _Parser(
-        prog=PROG, parents=[common], formatter_class=_Formatter,
-        description=textwrap.fill("A reliable local message queue on SQLite: lease, fencing, effect + ACK in one "
-                                  "transaction.", HELP_WIDTH - 2),
+        prog=PROG,
+        parents=[common],
+        formatter_class=_Formatter,
+        description=textwrap.fill(
+            "A reliable local message queue on SQLite: lease, fencing, effect + ACK in one "
+            "transaction.",
+            HELP_WIDTH - 2,
+        ),
         epilog=_help_epilog(),
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}",
-                        help="print the version and exit")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"{PROG} {__version__}",
+        help="print the version and exit",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, summary: str, options: _Parser = common) -> _Parser:
-        return commands.add_parser(name, parents=[options], help=summary, formatter_class=_Formatter)
+        return commands.add_parser(
+            name, parents=[options], help=summary, formatter_class=_Formatter
+        )
 
     enqueue = command("enqueue", "validate a JSONL batch and store it")
-    enqueue.add_argument("file", metavar="FILE", help="JSONL batch; '-' reads standard input")
+    enqueue.add_argument(
+        "file", metavar="FILE", help="JSONL batch; '-' reads standard input"
+    )
 
     worker = command("work", "process messages until none is available now")
-    worker.add_argument("--lease-seconds", type=_lease_seconds, default=DEFAULT_LEASE_SECONDS, metavar="S",
-                        help=f"lease length (default: {DEFAULT_LEASE_SECONDS})")
-    worker.add_argument("--max-messages", type=_count, default=None, metavar="N",
-                        help="stop after N claims")
-    worker.add_argument("--batch", type=_whole_number(1, MAX_BATCH), default=1, metavar="K",
-                        help="the batched path: claim and complete up to K messages per transaction "
-                             "(default: 1, a transaction each)")
-    worker.add_argument("--category", action="append", default=[], metavar="NAME",
-                        help="also accept this category (repeatable)")
+    worker.add_argument(
+        "--lease-seconds",
+        type=_lease_seconds,
+        default=DEFAULT_LEASE_SECONDS,
+        metavar="S",
+        help=f"lease length (default: {DEFAULT_LEASE_SECONDS})",
+    )
+    worker.add_argument(
+        "--max-messages",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="stop after N claims",
+    )
+    worker.add_argument(
+        "--batch",
+        type=_whole_number(1, MAX_BATCH),
+        default=1,
+        metavar="K",
+        help="the batched path: claim and complete up to K messages per transaction "
+        "(default: 1, a transaction each)",
+    )
+    worker.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also accept this category (repeatable)",
+    )
     shown = worker.add_mutually_exclusive_group()
-    shown.add_argument("--quiet", action="store_true",
-                       help="no progress line and no summary: the exit status says how it went")
-    shown.add_argument("--json", action="store_true",
-                       help="progress as one JSON line a second on stderr (the summary stays on stdout)")
+    shown.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress line and no summary: the exit status says how it went",
+    )
+    shown.add_argument(
+        "--json",
+        action="store_true",
+        help="progress as one JSON line a second on stderr (the summary stays on stdout)",
+    )
 
     status = command("status", "counts by state and the money")
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    command("metrics", "the metrics in Prometheus' text format (for a scrape or a cron job)")
+    command(
+        "metrics", "the metrics in Prometheus' text format (for a scrape or a cron job)"
+    )
 
-    prune = command("prune", "remove the payloads of old done messages (dedup stays exact)")
-    prune.add_argument("--older-than", type=_age, required=True, metavar="AGE",
-                       help="done at least this long ago: 3600, 90s, 15m, 12h or 30d")
+    prune = command(
+        "prune", "remove the payloads of old done messages (dedup stays exact)"
+    )
+    prune.add_argument(
+        "--older-than",
+        type=_age,
+        required=True,
+        metavar="AGE",
+        help="done at least this long ago: 3600, 90s, 15m, 12h or 30d",
+    )
 
     dead = command("dead", "list dead letters")
     dead.add_argument("--json", action="store_true", help="print JSON")
@@ -207,24 +299,43 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
 
     demo = command("demo", "run the reference demo in a temporary folder", refused)
-    demo.add_argument("--json", action="store_true", help="print the five snapshots as JSON")
+    demo.add_argument(
+        "--json", action="store_true", help="print the five snapshots as JSON"
+    )
 
-    lab = command("lab", "the delivery lab: one job on an at-least-once broker, step by step", refused)
-    lab.add_argument("case", nargs="?", choices=LAB_CASES, metavar="CASE",
-                     help=f"one story ({', '.join(LAB_CASES)}); default: the four delivery stories")
-    lab.add_argument("--json", action="store_true", help="print one JSON object keyed by case name")
+    lab = command(
+        "lab",
+        "the delivery lab: one job on an at-least-once broker, step by step",
+        refused,
+    )
+    lab.add_argument(
+        "case",
+        nargs="?",
+        choices=LAB_CASES,
+        metavar="CASE",
+        help=f"one story ({', '.join(LAB_CASES)}); default: the four delivery stories",
+    )
+    lab.add_argument(
+        "--json", action="store_true", help="print one JSON object keyed by case name"
+    )
     return parser
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
     """Run the CLI; returns the exit status."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     parser = build_parser()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # argparse writes to sys.*
+        # argparse writes to sys.*
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse already printed the help, the version, or usage and the problem
+    # argparse already printed the help, the version, or usage and the problem
+    except SystemExit as exit_:
         return int(exit_.code or 0)
     if args.command is None:  # no command: the whole help, as a usage error
         err.write(parser.format_help())
@@ -255,10 +366,16 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
 
 def _refuse_global_options(args: argparse.Namespace) -> None:
     """demo and lab make their own folder and clock: a --db, --now or --busy-timeout would be ignored."""
-    given = [option for option in GLOBAL_OPTIONS if hasattr(args, option[2:].replace("-", "_"))]
+    given = [
+        option
+        for option in GLOBAL_OPTIONS
+        if hasattr(args, option[2:].replace("-", "_"))
+    ]
     if args.command in SELF_CONTAINED and given:
-        raise UsageError(f"{args.command} does not take {' or '.join(given)}: "
-                         "it runs in a temporary folder of its own with a model clock")
+        raise UsageError(
+            f"{args.command} does not take {' or '.join(given)}: "
+            "it runs in a temporary folder of its own with a model clock"
+        )
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
@@ -271,8 +388,13 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 
     def open_store(create: bool) -> Store:
         # SQLite's own wait per attempt is never longer than the whole wait asked for.
-        return Store(db, clock=clock, create=create, busy_timeout_ms=min(BUSY_TIMEOUT_MS, round(busy * 1000)),
-                     busy_retry_seconds=busy)
+        return Store(
+            db,
+            clock=clock,
+            create=create,
+            busy_timeout_ms=min(BUSY_TIMEOUT_MS, round(busy * 1000)),
+            busy_retry_seconds=busy,
+        )
 
     if args.command == "demo":
         return _demo(args.json, out)
@@ -281,9 +403,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         out.write(lab_json(results) + "\n" if args.json else format_lab(results))
         return 0
     if args.command == "enqueue":
-        batch = parse_batch(_read_batch(args.file))  # validated before the file is even opened
+        # validated before the file is even opened
+        batch = parse_batch(_read_batch(args.file))
         with open_store(create=True) as store:
-            ledger.install(store)  # the CLI runs the reference application: its table lives beside the queue
+            # the CLI runs the reference application: its table lives beside the queue
+            ledger.install(store)
             _print_json(store.enqueue(batch).to_dict(), out)
         return 0
     # One store (one connection) for the whole command, closed explicitly.
@@ -297,8 +421,14 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         ledger.install(store)
         handler = Handler.with_categories(args.category)
         progress = _Progress.for_run(quiet=args.quiet, as_json=args.json)
-        summary = work(store, handler, lease_seconds=args.lease_seconds, max_messages=args.max_messages,
-                       batch=args.batch, progress=progress)
+        summary = work(
+            store,
+            handler,
+            lease_seconds=args.lease_seconds,
+            max_messages=args.max_messages,
+            batch=args.batch,
+            progress=progress,
+        )
         if progress is not None:
             progress.finish(summary)
         if not args.quiet:
@@ -310,21 +440,36 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     elif args.command == "status":
         # The counts, the money and the metrics from one snapshot: they agree with each other.
         snapshot, metrics = store.read(
-            lambda view: (Report(store.status_tx(view), ledger.totals_tx(view)), store.metrics_tx(view)))
+            lambda view: (
+                Report(store.status_tx(view), ledger.totals_tx(view)),
+                store.metrics_tx(view),
+            )
+        )
         if args.json:
             data = snapshot.to_dict()
-            data["metrics"] = {k: v for k, v in metrics.to_dict().items() if k != "messages"}
+            data["metrics"] = {
+                k: v for k, v in metrics.to_dict().items() if k != "messages"
+            }
             _print_json(data, out)
         else:
             out.write(_status_table(snapshot, metrics))
     elif args.command == "dead":
         letters = store.dead_letters()
         if args.json:
-            _print_json([
-                {"event_id": m.event_id, "attempts": m.attempts, "generation": m.generation,
-                 "last_error": m.last_error, "detail": m.last_detail, "payload": m.payload_object}
-                for m in letters
-            ], out)
+            _print_json(
+                [
+                    {
+                        "event_id": m.event_id,
+                        "attempts": m.attempts,
+                        "generation": m.generation,
+                        "last_error": m.last_error,
+                        "detail": m.last_detail,
+                        "payload": m.payload_object,
+                    }
+                    for m in letters
+                ],
+                out,
+            )
         else:
             out.write(_dead_table(letters))
     elif args.command == "redrive":
@@ -337,7 +482,8 @@ class _Progress:
     def __init__(self, stream: TextIO, *, as_json: bool, every: float) -> None:
         self._stream, self._as_json, self._every = stream, as_json, every
         self._started = time.monotonic()
-        self._shown = float("-inf") if not as_json else self._started  # a terminal sees the line at once
+        # a terminal sees the line at once
+        self._shown = float("-inf") if not as_json else self._started
         self._drawn = False
 
     @classmethod
@@ -346,7 +492,8 @@ class _Progress:
             return None
         if as_json:
             return cls(sys.stderr, as_json=True, every=1.0)
-        if sys.stderr.isatty():  # a person is watching; piped or redirected output stays clean
+        # a person is watching; piped or redirected output stays clean
+        if sys.stderr.isatty():
             return cls(sys.stderr, as_json=False, every=0.25)
         return None
 
@@ -368,12 +515,22 @@ class _Progress:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         rate = summary.claimed / elapsed
         if self._as_json:
-            self._stream.write(json.dumps({"progress": summary.to_dict(), "seconds": round(elapsed, 1),
-                                           "per_second": round(rate, 1)}) + "\n")
+            self._stream.write(
+                json.dumps(
+                    {
+                        "progress": summary.to_dict(),
+                        "seconds": round(elapsed, 1),
+                        "per_second": round(rate, 1),
+                    }
+                )
+                + "\n"
+            )
         else:
-            self._stream.write(f"\r{PROG} work: {summary.claimed:,} claimed, {summary.done:,} done, "
-                               f"{summary.retried:,} retried, {summary.dead:,} dead, {summary.lease_lost:,} "
-                               f"lease lost ({rate:,.0f}/s)\x1b[K")
+            self._stream.write(
+                f"\r{PROG} work: {summary.claimed:,} claimed, {summary.done:,} done, "
+                f"{summary.retried:,} retried, {summary.dead:,} dead, {summary.lease_lost:,} "
+                f"lease lost ({rate:,.0f}/s)\x1b[K"
+            )
             self._drawn = True
         self._stream.flush()
 
@@ -386,9 +543,13 @@ def _read_batch(name: str) -> bytes:
         with open(name, "rb") as fh:
             return fh.read(MAX_FILE_BYTES + 1)
     except IsADirectoryError:
-        raise UsageError(f"{name} is a directory, not a JSONL file", code="cannot_read") from None
+        raise UsageError(
+            f"{name} is a directory, not a JSONL file", code="cannot_read"
+        ) from None
     except OSError as exc:
-        raise UsageError(f"cannot read {name}: {exc.strerror}", code="cannot_read") from None
+        raise UsageError(
+            f"cannot read {name}: {exc.strerror}", code="cannot_read"
+        ) from None
 
 
 def _demo(as_json: bool, out: TextIO) -> int:
@@ -396,12 +557,19 @@ def _demo(as_json: bool, out: TextIO) -> int:
     if as_json:
         _print_json(result.to_dict(), out)
         return 0
-    labels = {"after_enqueue": "after enqueue", "intermediate": "intermediate", "final": "final",
-              "after_reenqueue": "after re-enqueue", "after_redrive": "after redrive"}
+    labels = {
+        "after_enqueue": "after enqueue",
+        "intermediate": "intermediate",
+        "final": "final",
+        "after_reenqueue": "after re-enqueue",
+        "after_redrive": "after redrive",
+    }
     for step in result.steps:
         out.write(f"[t={step.now}] {step.text}\n")
         if step.snapshot:
-            out.write(f"    {labels[step.snapshot]}: {format_snapshot(result.snapshots[step.snapshot])}\n")
+            out.write(
+                f"    {labels[step.snapshot]}: {format_snapshot(result.snapshots[step.snapshot])}\n"
+            )
     return 0
 
 
@@ -417,27 +585,41 @@ def _status_table(snapshot: Report, metrics: Metrics) -> str:
     age = metrics.oldest_ready_age
     lines.append(f"oldest ready: {'none' if age is None else f'{age} s'}")
     latency = metrics.enqueue_to_done
-    lines.append(f"enqueue to done: p50 {latency.p50} s, p95 {latency.p95} s, max {latency.max} s "
-                 f"over {latency.count} message{'s' if latency.count != 1 else ''}" if latency.count else "enqueue to done: no timed message yet")
-    dead = ", ".join(f"{count} after {attempts} attempt{'s' if attempts != 1 else ''}"
-                     for attempts, count in metrics.dead_attempts.items())
+    lines.append(
+        f"enqueue to done: p50 {latency.p50} s, p95 {latency.p95} s, max {latency.max} s "
+        f"over {latency.count} message{'s' if latency.count != 1 else ''}"
+        if latency.count
+        else "enqueue to done: no timed message yet"
+    )
+    dead = ", ".join(
+        f"{count} after {attempts} attempt{'s' if attempts != 1 else ''}"
+        for attempts, count in metrics.dead_attempts.items()
+    )
     lines.append(f"dead: {dead or 'none'}")
-    lines.append(f"expired leases taken over: {metrics.expired_leases}, pruned payloads: {metrics.pruned}")
+    lines.append(
+        f"expired leases taken over: {metrics.expired_leases}, pruned payloads: {metrics.pruned}"
+    )
     effects = data["effects"]
     lines.append("")
     lines.append(f"effects: {effects['count']}, total_cents: {effects['total_cents']}")
     if effects["by_category"]:
         lines.append("category  total_cents")
-        lines += [f"{name:<9} {cents:>11}" for name, cents in effects["by_category"].items()]
+        lines += [
+            f"{name:<9} {cents:>11}" for name, cents in effects["by_category"].items()
+        ]
     return "\n".join(lines) + "\n"
 
 
 def _dead_table(letters: list[Message]) -> str:
     if not letters:
         return "no dead letters\n"
-    lines = ["event_id  attempts  generation  last_error              payload (as stored)"]
+    lines = [
+        "event_id  attempts  generation  last_error              payload (as stored)"
+    ]
     for m in letters:
-        lines.append(f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  {m.last_error or '':<22}  {m.payload}")
+        lines.append(
+            f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  {m.last_error or '':<22}  {m.payload}"
+        )
         if m.last_detail:
             lines.append(f"{'':<9} why: {m.last_detail}")
     return "\n".join(lines) + "\n"

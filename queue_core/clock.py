@@ -71,6 +71,12 @@ class ModelClock:
 
 
 def _whole_seconds(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SECONDS:
-        raise ValueError(f"time must be an integer of seconds in 0..{MAX_SECONDS}, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_SECONDS
+    ):
+        raise ValueError(
+            f"time must be an integer of seconds in 0..{MAX_SECONDS}, got {value!r}"
+        )
     return value

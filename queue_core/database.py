@@ -54,26 +54,38 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
         is_dir, exists = path.is_dir(), path.exists()
         parent_is_dir = path.parent.is_dir()
     except OSError as exc:  # e.g. a folder this process may not search, a name too long
-        raise WrongPath(f"cannot open {path}: {exc.strerror}", code="cannot_open") from None
+        raise WrongPath(
+            f"cannot open {path}: {exc.strerror}", code="cannot_open"
+        ) from None
     if is_dir:
-        raise WrongPath(f"{path} is a directory, not a queue database", code="not_a_file")
+        raise WrongPath(
+            f"{path} is a directory, not a queue database", code="not_a_file"
+        )
     if not exists:
         if not create:
             raise WrongPath(f"no queue database at {path}", code="no_database")
         if not parent_is_dir:
-            raise WrongPath(f"cannot create {path}: {path.parent} is not a directory", code="cannot_open")
+            raise WrongPath(
+                f"cannot create {path}: {path.parent} is not a directory",
+                code="cannot_open",
+            )
         return 0
     try:
         with open(path, "rb") as fh:
             header = fh.read(100)
     except OSError as exc:
-        raise WrongPath(f"cannot read {path}: {exc.strerror}", code="cannot_open") from None
+        raise WrongPath(
+            f"cannot read {path}: {exc.strerror}", code="cannot_open"
+        ) from None
     if not header and create:
         return 0  # an empty file (e.g. from mkstemp) is a new database
     # The header is read directly: application_id (offset 68) and
     # user_version (offset 60) are written before the file switches to WAL.
     if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
-        raise WrongPath(f"{path} is not a queue database (not an SQLite file)", code="not_a_queue_database")
+        raise WrongPath(
+            f"{path} is not a queue database (not an SQLite file)",
+            code="not_a_queue_database",
+        )
     application_id = int.from_bytes(header[68:72], "big")
     version = int.from_bytes(header[60:64], "big")
     wal = path.with_name(path.name + "-wal")
@@ -87,8 +99,11 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
         # stale. Read it through SQLite; a read-only connection neither
         # checkpoints nor removes the WAL, so nothing is modified.
         try:
-            reader = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
-                                     timeout=busy_timeout_ms / 1000)
+            reader = sqlite3.connect(
+                f"{path.absolute().as_uri()}?mode=ro",
+                uri=True,
+                timeout=busy_timeout_ms / 1000,
+            )
         except sqlite3.Error as exc:
             raise storage_error(exc, path) from exc
         try:
@@ -99,30 +114,43 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
         finally:
             close(reader, quiet=True)
     if application_id != APPLICATION_ID:
-        raise WrongPath(f"{path} is an SQLite file of another application, not a queue database",
-                        code="not_a_queue_database")
+        raise WrongPath(
+            f"{path} is an SQLite file of another application, not a queue database",
+            code="not_a_queue_database",
+        )
     if version > SCHEMA_VERSION:
-        raise WrongPath(f"{path} has schema version {version}; this queue_core knows up to {SCHEMA_VERSION}",
-                        code="schema_too_new")
+        raise WrongPath(
+            f"{path} has schema version {version}; this queue_core knows up to {SCHEMA_VERSION}",
+            code="schema_too_new",
+        )
     if version < 1:
-        raise WrongPath(f"{path} is an incomplete queue database (schema version {version})",
-                        code="not_a_queue_database")
+        raise WrongPath(
+            f"{path} is an incomplete queue database (schema version {version})",
+            code="not_a_queue_database",
+        )
     return int(version)
 
 
 MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
 
 
-def check_sqlite_version(version: tuple[int, int, int] = sqlite3.sqlite_version_info) -> None:
+def check_sqlite_version(
+    version: tuple[int, int, int] = sqlite3.sqlite_version_info,
+) -> None:
     """Refuse an SQLite library older than ``MIN_SQLITE`` (Python links whichever the system has)."""
     if tuple(version) < MIN_SQLITE:
         found = ".".join(map(str, version))
         needed = ".".join(map(str, MIN_SQLITE))
-        raise StorageError(f"queue_core needs SQLite {needed} or newer (STRICT tables); "
-                           f"this Python's sqlite3 module uses SQLite {found}", code="sqlite_too_old")
+        raise StorageError(
+            f"queue_core needs SQLite {needed} or newer (STRICT tables); "
+            f"this Python's sqlite3 module uses SQLite {found}",
+            code="sqlite_too_old",
+        )
 
 
-def connect(path: Path, *, busy_timeout_ms: int, check_same_thread: bool = True) -> sqlite3.Connection:
+def connect(
+    path: Path, *, busy_timeout_ms: int, check_same_thread: bool = True
+) -> sqlite3.Connection:
     """The one place where connections are made and configured.
 
     ``check_same_thread=False`` only lets the store *close* a thread's
@@ -162,8 +190,10 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute("BEGIN IMMEDIATE")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise WrongPath(f"{path} has schema version {version}; this queue_core knows up to {SCHEMA_VERSION}",
-                            code="schema_too_new")
+            raise WrongPath(
+                f"{path} has schema version {version}; this queue_core knows up to {SCHEMA_VERSION}",
+                code="schema_too_new",
+            )
         if version == 0:
             for name in SCHEMA_FILES:
                 for statement in sql_statements(name):
@@ -195,7 +225,8 @@ _TABLE_EXISTS: Final = {
 
 def table_exists(conn: Any, name: str) -> bool:
     """Whether table ``name`` exists: ``conn`` is an sqlite3 connection, a PostgreSQL one, or a store ``Tx``."""
-    engine = getattr(conn, "engine", "sqlite")  # engine_postgres.Connection and Tx name theirs
+    # engine_postgres.Connection and Tx name theirs
+    engine = getattr(conn, "engine", "sqlite")
     return conn.execute(_TABLE_EXISTS[engine], (name,)).fetchone() is not None
 
 
@@ -248,9 +279,17 @@ ERROR_CODES: Final = (
     ("SQLITE_CANTOPEN", "cannot_open", "the database file cannot be opened"),
     ("SQLITE_NOTADB", "not_a_queue_database", "the file is not a database"),
     ("SQLITE_CORRUPT", "corrupt", "the database file is corrupt"),
-    ("SQLITE_CONSTRAINT", "constraint_violation", "a schema constraint refused the write"),
+    (
+        "SQLITE_CONSTRAINT",
+        "constraint_violation",
+        "a schema constraint refused the write",
+    ),
     # SQLite could not grow the WAL index (-shm): in practice the disk is out of space.
-    ("SQLITE_IOERR_SHMSIZE", "disk_full", "the disk is full (no room for the WAL index file)"),
+    (
+        "SQLITE_IOERR_SHMSIZE",
+        "disk_full",
+        "the disk is full (no room for the WAL index file)",
+    ),
     ("SQLITE_IOERR", "io_error", "the operating system reported an I/O error"),
 )
 
@@ -263,12 +302,17 @@ def storage_error(exc: sqlite3.Error, path: Path) -> StorageError:
         # the WAL beside it (a read-only file system, file or folder): say so.
         try:
             file_read_only = path.exists() and not os.access(path, os.W_OK)
-            folder_read_only = path.parent.is_dir() and not os.access(path.parent, os.W_OK)
+            folder_read_only = path.parent.is_dir() and not os.access(
+                path.parent, os.W_OK
+            )
         except OSError:
             file_read_only = folder_read_only = False
         if file_read_only or folder_read_only:
             where = "database" if file_read_only else "folder of the database"
-            return StorageError(f"{path}: the {where} is read-only for this process ({exc})", code="read_only")
+            return StorageError(
+                f"{path}: the {where} is read-only for this process ({exc})",
+                code="read_only",
+            )
     for prefix, code, sentence in ERROR_CODES:
         if name.startswith(prefix):
             return StorageError(f"{path}: {sentence} ({exc})", code=code)

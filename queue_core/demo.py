@@ -30,7 +30,13 @@ DEMO_BATCH = (
 )
 START = 1000
 LEASE_SECONDS = 2
-SNAPSHOT_KEYS = ("after_enqueue", "intermediate", "final", "after_reenqueue", "after_redrive")
+SNAPSHOT_KEYS = (
+    "after_enqueue",
+    "intermediate",
+    "final",
+    "after_reenqueue",
+    "after_redrive",
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,9 @@ class DemoResult:
 
 def _downstream_unavailable(tx: Tx, message: Message) -> None:
     """The controlled temporary error of E0002's first attempt."""
-    raise TemporaryFailure("downstream_unavailable", "the demo's pretend service did not answer")
+    raise TemporaryFailure(
+        "downstream_unavailable", "the demo's pretend service did not answer"
+    )
 
 
 def run_demo(folder: Path | None = None) -> DemoResult:
@@ -90,24 +98,38 @@ def _run(db: Path) -> DemoResult:
 
     def done(completion: Completion) -> str:
         extra = f" ({completion.error})" if completion.error else ""
-        when = f", available at {completion.available_at}" if completion.available_at else ""
+        when = (
+            f", available at {completion.available_at}"
+            if completion.available_at
+            else ""
+        )
         return f"{completion.outcome.value}{extra}{when}"
 
     lease = claim()
-    say(f"claim {lease.event_id} (generation {lease.generation}) and complete: "
-        f"{done(store.complete(lease, handler))}")
+    say(
+        f"claim {lease.event_id} (generation {lease.generation}) and complete: "
+        f"{done(store.complete(lease, handler))}"
+    )
     lease = claim()
-    say(f"claim {lease.event_id} (generation {lease.generation}); temporary error: "
-        f"{done(store.complete(lease, _downstream_unavailable))}")
+    say(
+        f"claim {lease.event_id} (generation {lease.generation}); temporary error: "
+        f"{done(store.complete(lease, _downstream_unavailable))}"
+    )
     lease = claim()
     status = run_crashing_completion(db, lease, clock.now())
     if status != CRASH_EXIT_CODE:
-        raise RuntimeError(f"the crash child exited with {status}, expected {CRASH_EXIT_CODE}")
-    say(f"claim {lease.event_id} (generation {lease.generation}); a child process INSERTs its effect "
-        f"and dies with os._exit({status}) before COMMIT: the effect is rolled back, the claim stays leased")
+        raise RuntimeError(
+            f"the crash child exited with {status}, expected {CRASH_EXIT_CODE}"
+        )
+    say(
+        f"claim {lease.event_id} (generation {lease.generation}); a child process INSERTs its effect "
+        f"and dies with os._exit({status}) before COMMIT: the effect is rolled back, the claim stays leased"
+    )
     lease = claim()
-    say(f"claim {lease.event_id} (generation {lease.generation}) and complete: "
-        f"{done(store.complete(lease, handler))}")
+    say(
+        f"claim {lease.event_id} (generation {lease.generation}) and complete: "
+        f"{done(store.complete(lease, handler))}"
+    )
     snap("intermediate")
 
     clock.set(START + 1)
@@ -116,11 +138,15 @@ def _run(db: Path) -> DemoResult:
     clock.set(START + 2)
     summary = work(store, handler, lease_seconds=LEASE_SECONDS)
     e0003 = store.message("E0003")
-    say(f"work: {summary.done} done (E0003's lease expired; re-claimed as generation {e0003.generation})")
+    say(
+        f"work: {summary.done} done (E0003's lease expired; re-claimed as generation {e0003.generation})"
+    )
     snap("final")
 
     again = store.enqueue(DEMO_BATCH)
-    say(f"enqueue the same 5 lines again: {again.accepted} accepted, {again.duplicates} duplicates")
+    say(
+        f"enqueue the same 5 lines again: {again.accepted} accepted, {again.duplicates} duplicates"
+    )
     snap("after_reenqueue")
 
     handler = Handler.with_categories({"toy"})
@@ -136,6 +162,10 @@ def format_snapshot(snapshot: Report) -> str:
     data = snapshot.to_dict()
     states = " ".join(f"{name}={count}" for name, count in data["messages"].items())
     effects = data["effects"]
-    categories = " ".join(f"{name}={cents}" for name, cents in effects["by_category"].items())
-    return (f"messages: {states} | effects: {effects['count']}, total={effects['total_cents']}"
-            + (f" ({categories})" if categories else ""))
+    categories = " ".join(
+        f"{name}={cents}" for name, cents in effects["by_category"].items()
+    )
+    return (
+        f"messages: {states} | effects: {effects['count']}, total={effects['total_cents']}"
+        + (f" ({categories})" if categories else "")
+    )

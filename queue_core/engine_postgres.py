@@ -40,11 +40,13 @@ def is_url(target: object) -> bool:
 
 def translate(sql: str) -> str:
     """The store's SQL with psycopg's placeholders (``%s``, ``%(name)s``; a literal ``%`` doubled)."""
+
     def replace(match: re.Match[str]) -> str:
         text = match.group(0)
         if text.startswith("'"):
             return text  # a string literal: nothing in it is a placeholder
         return "%s" if text == "?" else f"%({match.group(1)})s"
+
     return _PLACEHOLDER.sub(replace, sql.replace("%", "%%"))
 
 
@@ -52,8 +54,10 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise StorageError("PostgreSQL needs psycopg 3: pip install 'queue_core[postgres]'",
-                           code="postgres_unavailable") from None
+        raise StorageError(
+            "PostgreSQL needs psycopg 3: pip install 'queue_core[postgres]'",
+            code="postgres_unavailable",
+        ) from None
     return psycopg
 
 
@@ -62,21 +66,39 @@ def storage_error(exc: Exception, url: str) -> StorageError:
     psycopg = _psycopg()
     errors = psycopg.errors
     where = safe_url(url)
-    if isinstance(exc, (errors.SerializationFailure, errors.DeadlockDetected, errors.LockNotAvailable,
-                        errors.QueryCanceled)):
+    if isinstance(
+        exc,
+        (
+            errors.SerializationFailure,
+            errors.DeadlockDetected,
+            errors.LockNotAvailable,
+            errors.QueryCanceled,
+        ),
+    ):
         # Only the first line: the rest quotes the statement that waited ("LINE 2: ...", a caret).
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return StorageError(f"{where}: the database is busy ({reason})", code="database_busy")
+        return StorageError(
+            f"{where}: the database is busy ({reason})", code="database_busy"
+        )
     if isinstance(exc, errors.IntegrityError):
-        return StorageError(f"{where}: a schema constraint refused the write ({_one_line(exc)})",
-                            code="constraint_violation")
+        return StorageError(
+            f"{where}: a schema constraint refused the write ({_one_line(exc)})",
+            code="constraint_violation",
+        )
     if isinstance(exc, errors.DiskFull):
-        return StorageError(f"{where}: the database server's disk is full ({_one_line(exc)})", code="disk_full")
+        return StorageError(
+            f"{where}: the database server's disk is full ({_one_line(exc)})",
+            code="disk_full",
+        )
     if isinstance(exc, errors.ReadOnlySqlTransaction):
-        return StorageError(f"{where}: the database is read-only ({_one_line(exc)})", code="read_only")
+        return StorageError(
+            f"{where}: the database is read-only ({_one_line(exc)})", code="read_only"
+        )
     if isinstance(exc, psycopg.OperationalError):
-        return StorageError(f"{where}: the connection to the database server failed ({_one_line(exc)})",
-                            code="connection_lost")
+        return StorageError(
+            f"{where}: the connection to the database server failed ({_one_line(exc)})",
+            code="connection_lost",
+        )
     return StorageError(f"{where}: {_one_line(exc)}", code="storage_error")
 
 
@@ -102,7 +124,11 @@ class Cursor:
         return self._cursor.fetchone() if self._cursor.description is not None else None
 
     def fetchall(self) -> list[Any]:
-        return list(self._cursor.fetchall()) if self._cursor.description is not None else []
+        return (
+            list(self._cursor.fetchall())
+            if self._cursor.description is not None
+            else []
+        )
 
     def __iter__(self) -> Any:
         return iter(self.fetchall())
@@ -122,15 +148,20 @@ class Connection:
         self.url = url
         try:
             self._conn = psycopg.connect(url, autocommit=True)
-        except psycopg.Error as exc:  # never connected: nothing was lost, nothing was written
-            raise StorageError(f"{safe_url(url)}: cannot connect to the database server ({_one_line(exc)})",
-                               code="cannot_connect") from None
+        # never connected: nothing was lost, nothing was written
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"{safe_url(url)}: cannot connect to the database server ({_one_line(exc)})",
+                code="cannot_connect",
+            ) from None
         # SQLite's busy timeout, here: how long to wait for a row another
         # transaction holds before the store reports the database busy.
         # 0 would switch PostgreSQL's lock timeout off (wait forever); SQLite's 0 means do not wait.
         self.execute(f"SET lock_timeout = {max(1, int(busy_timeout_ms))}")
 
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Cursor:
+    def execute(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> Cursor:
         psycopg = _psycopg()
         try:
             return Cursor(self._conn.execute(translate(sql), params or None))
@@ -148,17 +179,23 @@ class Connection:
     @property
     def in_transaction(self) -> bool:
         psycopg = _psycopg()
-        return self._conn.info.transaction_status in (psycopg.pq.TransactionStatus.INTRANS,
-                                                      psycopg.pq.TransactionStatus.INERROR)
+        return self._conn.info.transaction_status in (
+            psycopg.pq.TransactionStatus.INTRANS,
+            psycopg.pq.TransactionStatus.INERROR,
+        )
 
     def server_now(self) -> int:
         """The database server's clock, whole seconds since the epoch (one clock for every host)."""
-        row = self.execute("SELECT floor(extract(epoch FROM clock_timestamp()))::bigint").fetchone()
+        row = self.execute(
+            "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint"
+        ).fetchone()
         return int(row[0])
 
     def server_time(self) -> float:
         """The database server's clock in seconds since the epoch, with its fraction."""
-        row = self.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        row = self.execute(
+            "SELECT extract(epoch FROM clock_timestamp())::float8"
+        ).fetchone()
         return float(row[0])
 
     def close(self) -> None:
@@ -173,7 +210,9 @@ def schema_version(conn: Connection) -> int:
     return 0 if row is None else int(row[0])
 
 
-def open_queue(conn: Connection, *, create: bool, known_version: int, where: str) -> None:
+def open_queue(
+    conn: Connection, *, create: bool, known_version: int, where: str
+) -> None:
     """Check the database, then create the queue or move it forward if it must; a current queue is only read.
 
     Refused, with nothing written: no queue and not ``create`` (``no_database``),
@@ -184,7 +223,9 @@ def open_queue(conn: Connection, *, create: bool, known_version: int, where: str
     found = schema_version(conn)
     if found == known_version:
         if not _exists(conn, "messages"):
-            raise StorageError(f"{where}: the queue's messages table is missing", code="corrupt")
+            raise StorageError(
+                f"{where}: the queue's messages table is missing", code="corrupt"
+            )
         return
     _refuse_newer(found, known_version, where)
     if found == 0 and not create:
@@ -193,13 +234,17 @@ def open_queue(conn: Connection, *, create: bool, known_version: int, where: str
 
 
 def _exists(conn: Connection, table: str) -> bool:
-    return bool(conn.execute("SELECT to_regclass(?) IS NOT NULL", (table,)).fetchone()[0])
+    return bool(
+        conn.execute("SELECT to_regclass(?) IS NOT NULL", (table,)).fetchone()[0]
+    )
 
 
 def _refuse_newer(found: int, known_version: int, where: str) -> None:
     if found > known_version:
-        raise WrongPath(f"{where} has schema version {found}; this queue_core knows up to {known_version}",
-                        code="schema_too_new")
+        raise WrongPath(
+            f"{where} has schema version {found}; this queue_core knows up to {known_version}",
+            code="schema_too_new",
+        )
 
 
 def prepare(conn: Connection, *, known_version: int, where: str) -> None:
@@ -211,7 +256,9 @@ def prepare(conn: Connection, *, known_version: int, where: str) -> None:
     of another application (``not_a_queue_database``).
     """
     psycopg = _psycopg()
-    script = resources.files("queue_core").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    script = (
+        resources.files("queue_core").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    )
     conn.execute("BEGIN")
     try:
         # The script's own lock (its key is database.APPLICATION_ID, "QCor"), taken before reading.
@@ -219,8 +266,11 @@ def prepare(conn: Connection, *, known_version: int, where: str) -> None:
         found = schema_version(conn)
         _refuse_newer(found, known_version, where)
         if found == 0 and _exists(conn, "messages"):
-            raise WrongPath(f"{where} has a messages table that is not a queue's; use another database "
-                            "or schema", code="not_a_queue_database")
+            raise WrongPath(
+                f"{where} has a messages table that is not a queue's; use another database "
+                "or schema",
+                code="not_a_queue_database",
+            )
         try:
             conn._conn.execute(script)
         except psycopg.Error as exc:

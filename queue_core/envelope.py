@@ -89,10 +89,11 @@ def parse_batch(data: bytes) -> Batch:
     """Validate a whole JSONL batch; raise ``BatchRejected`` on the first bad line."""
     if len(data) > MAX_FILE_BYTES:
         raise BatchRejected(
-            "file_too_large", f"the batch has {len(data)} bytes; the limit is {MAX_FILE_BYTES}"
+            "file_too_large",
+            f"the batch has {len(data)} bytes; the limit is {MAX_FILE_BYTES}",
         )
     if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM):]
+        data = data[len(UTF8_BOM) :]
     events: dict[str, Event] = {}
     duplicates = 0
     non_empty = 0
@@ -148,26 +149,35 @@ def parse_line(text: str, number: int = 1) -> Event:
     except ValueError as exc:
         raise _Reject("invalid_json", str(exc)) from None
     if not isinstance(value, dict):
-        raise _Reject("not_an_object", f"a line must be a JSON object, not {_kind(value)}")
+        raise _Reject(
+            "not_an_object", f"a line must be a JSON object, not {_kind(value)}"
+        )
     if len(value) != 2 or "event_id" not in value or "payload" not in value:
         for key in ("event_id", "payload"):
             if key not in value:
                 raise _Reject("missing_key", f"the key {key!r} is missing")
         extra = sorted(set(value) - {"event_id", "payload"})
-        raise _Reject("unexpected_key", f"unexpected key {extra[0]!r}; only event_id and payload")
+        raise _Reject(
+            "unexpected_key", f"unexpected key {extra[0]!r}; only event_id and payload"
+        )
     event_id = value["event_id"]
     if not isinstance(event_id, str) or not EVENT_ID.fullmatch(event_id):
         raise _Reject(
-            "invalid_event_id", f"event_id must be 'E' and four digits, got {_short(event_id)}"
+            "invalid_event_id",
+            f"event_id must be 'E' and four digits, got {_short(event_id)}",
         )
     payload = value["payload"]
     if not isinstance(payload, dict):
-        raise _Reject("payload_not_object", f"payload must be a JSON object, not {_kind(payload)}")
+        raise _Reject(
+            "payload_not_object", f"payload must be a JSON object, not {_kind(payload)}"
+        )
     canonical = _canonical_decoded(payload)
     try:
         size = len(canonical.encode("utf-8"))
     except UnicodeEncodeError:
-        raise _Reject("invalid_unicode", "the payload contains a lone surrogate") from None
+        raise _Reject(
+            "invalid_unicode", "the payload contains a lone surrogate"
+        ) from None
     if size > MAX_PAYLOAD_BYTES:
         raise _Reject(
             "payload_too_large",
@@ -198,7 +208,11 @@ def _plain_line(text: str, number: int) -> Event | None:
         return None
     event_id = value.get("event_id")
     payload = value.get("payload")
-    if type(event_id) is not str or type(payload) is not dict or not EVENT_ID.fullmatch(event_id):
+    if (
+        type(event_id) is not str
+        or type(payload) is not dict
+        or not EVENT_ID.fullmatch(event_id)
+    ):
         return None
     canonical = _canonical_decoded(payload)
     # No hook looked for repeated keys. A repeated key drops a pair, and with it
@@ -215,7 +229,8 @@ def _plain_line(text: str, number: int) -> Event | None:
 
 def _decode(text: str) -> Any:
     """The line's value; a line that fails is decoded again slowly, for the exact reason."""
-    if len(text) <= MAX_INT_DIGITS:  # too short to hold an integer over the limit: C parses them
+    # too short to hold an integer over the limit: C parses them
+    if len(text) <= MAX_INT_DIGITS:
         try:
             return _FAST_DECODER.decode(text)
         except (ValueError, RecursionError):
@@ -226,7 +241,8 @@ def _decode(text: str) -> Any:
 def _check_depth(text: str) -> None:
     """Reject deep nesting before the parser can recurse into it (linear scan)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return  # even all of them nested could not go too deep (a count runs in C, the scan in Python)
+        # even all of them nested could not go too deep (a count runs in C, the scan in Python)
+        return
     depth = 0
     in_string = False
     for match in _STRUCTURE.finditer(text):
@@ -238,14 +254,17 @@ def _check_depth(text: str) -> None:
         elif token in "[{":
             depth += 1
             if depth > MAX_DEPTH:
-                raise _Reject("nesting_too_deep", f"nesting deeper than {MAX_DEPTH} levels")
+                raise _Reject(
+                    "nesting_too_deep", f"nesting deeper than {MAX_DEPTH} levels"
+                )
         elif token in "]}":
             depth -= 1
 
 
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result = dict(pairs)
-    if len(result) != len(pairs):  # a key repeated: find the first (rare, so a second pass is fine)
+    # a key repeated: find the first (rare, so a second pass is fine)
+    if len(result) != len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
@@ -268,17 +287,28 @@ def _finite_float(text: str) -> float:
 def _bounded_int(text: str) -> int:
     digits = len(text) - (text[0] == "-")
     if digits > MAX_INT_DIGITS:
-        raise _Reject("number_too_large", f"an integer of {digits} digits; the limit is {MAX_INT_DIGITS}")
+        raise _Reject(
+            "number_too_large",
+            f"an integer of {digits} digits; the limit is {MAX_INT_DIGITS}",
+        )
     try:
         return int(text)
     except ValueError:  # PYTHONINTMAXSTRDIGITS set below our own limit
-        raise _Reject("number_too_large", f"an integer of {digits} digits is over this interpreter's limit") from None
+        raise _Reject(
+            "number_too_large",
+            f"an integer of {digits} digits is over this interpreter's limit",
+        ) from None
 
 
 def _kind(value: Any) -> str:
     return {
-        dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-        int: "a number", float: "a number", type(None): "null",
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
     }.get(type(value), type(value).__name__)
 
 
@@ -288,7 +318,9 @@ def _short(value: Any, limit: int = 40) -> str:
 
 
 # Made once: json.dumps and json.loads build a new encoder or decoder on every call.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 _DECODER = json.JSONDecoder(
     object_pairs_hook=_object_without_duplicates,
     parse_constant=_reject_constant,
@@ -296,24 +328,40 @@ _DECODER = json.JSONDecoder(
     parse_int=_bounded_int,
 )
 _FAST_DECODER = json.JSONDecoder(
-    object_pairs_hook=_object_without_duplicates, parse_constant=_reject_constant, parse_float=_finite_float)
+    object_pairs_hook=_object_without_duplicates,
+    parse_constant=_reject_constant,
+    parse_float=_finite_float,
+)
 # The everyday line's scanner: Python is called only for a float or a constant.
-_FAST_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(  # scan_once: undocumented in typeshed
-    parse_constant=_reject_constant, parse_float=_finite_float).scan_once  # type: ignore[attr-defined]
+# scan_once: undocumented in typeshed
+_FAST_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=_finite_float
+).scan_once  # type: ignore[attr-defined]
 
 
 def _no_default(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON")  # unreachable for decoded JSON
+    # unreachable for decoded JSON
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 # For values that json itself decoded (so no cycles and no NaN): the C encoder,
 # built once; JSONEncoder.encode would build it again for every payload.
 _C_ENCODE = getattr(json.encoder, "c_make_encoder", None)
 if _C_ENCODE is not None:
-    _encode_decoded = _C_ENCODE(None, _no_default, json.encoder.encode_basestring, None, ":", ",",
-                                True, False, False)
+    _encode_decoded = _C_ENCODE(
+        None,
+        _no_default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        True,
+        False,
+        False,
+    )
 
     def _canonical_decoded(value: Any) -> str:
         return "".join(_encode_decoded(value, 0))
+
 else:  # pragma: no cover - Python builds without the json accelerator
     _canonical_decoded = canonical_json

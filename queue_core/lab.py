@@ -122,13 +122,19 @@ class Broker:
         now = self.clock.now()
         with _transaction(self.path) as conn:
             state, deliveries, lease_until = conn.execute(
-                "SELECT state, deliveries, lease_until FROM job").fetchone()
+                "SELECT state, deliveries, lease_until FROM job"
+            ).fetchone()
             if state == "settled":
                 raise Refused("the job is settled", code="not_available")
             if state == "in flight" and now < lease_until:
-                raise Refused(f"delivery {deliveries} holds the job until t={lease_until}", code="not_available")
-            conn.execute("UPDATE job SET state = 'in flight', deliveries = ?, lease_until = ?",
-                         (deliveries + 1, now + LEASE_TICKS))
+                raise Refused(
+                    f"delivery {deliveries} holds the job until t={lease_until}",
+                    code="not_available",
+                )
+            conn.execute(
+                "UPDATE job SET state = 'in flight', deliveries = ?, lease_until = ?",
+                (deliveries + 1, now + LEASE_TICKS),
+            )
             return deliveries + 1, now + LEASE_TICKS
 
     def ack(self, delivery: int) -> None:
@@ -136,18 +142,25 @@ class Broker:
         now = self.clock.now()
         with _transaction(self.path) as conn:
             state, deliveries, lease_until = conn.execute(
-                "SELECT state, deliveries, lease_until FROM job").fetchone()
+                "SELECT state, deliveries, lease_until FROM job"
+            ).fetchone()
             if state != "in flight":
                 raise Refused(f"the job is {state}", code="delivery_lost")
             if delivery != deliveries:
-                raise Refused(f"delivery {deliveries} was issued after it", code="delivery_lost")
+                raise Refused(
+                    f"delivery {deliveries} was issued after it", code="delivery_lost"
+                )
             if now >= lease_until:
-                raise Refused(f"its lease ended at t={lease_until}", code="delivery_lost")
+                raise Refused(
+                    f"its lease ended at t={lease_until}", code="delivery_lost"
+                )
             conn.execute("UPDATE job SET state = 'settled', lease_until = NULL")
 
     def state(self) -> tuple[str, int]:
         with closing(sqlite3.connect(self.path)) as conn:
-            state, deliveries = conn.execute("SELECT state, deliveries FROM job").fetchone()
+            state, deliveries = conn.execute(
+                "SELECT state, deliveries FROM job"
+            ).fetchone()
             return str(state), int(deliveries)
 
 
@@ -159,14 +172,18 @@ class App:
         with closing(sqlite3.connect(path)) as conn:
             conn.executescript(_APP_SCHEMA)
         with _transaction(path) as conn:
-            receipts.create_table(conn)  # not a queue database: the receipts table is created here
+            # not a queue database: the receipts table is created here
+            receipts.create_table(conn)
 
     def charge(self, *, with_receipt: bool) -> str:
         """Write the charge in one transaction, under a receipt or not; say what happened."""
         with _transaction(self.path) as conn:
+
             def write_effect() -> str:
-                cursor = conn.execute("INSERT INTO ledger (tenant, operation, amount_cents) VALUES (?, ?, ?)",
-                                      (TENANT, OPERATION, PAYLOAD["amount_cents"]))
+                cursor = conn.execute(
+                    "INSERT INTO ledger (tenant, operation, amount_cents) VALUES (?, ?, ?)",
+                    (TENANT, OPERATION, PAYLOAD["amount_cents"]),
+                )
                 return f"ledger/{cursor.lastrowid}"
 
             if not with_receipt:
@@ -192,7 +209,15 @@ class _Story:
     def step(self, text: str) -> None:
         queue, deliveries = self.broker.state()
         effects, receipt_count = self.app.counts()
-        self.steps.append(Step(f"t={self.clock.now()} {text}", queue, deliveries, effects, receipt_count))
+        self.steps.append(
+            Step(
+                f"t={self.clock.now()} {text}",
+                queue,
+                deliveries,
+                effects,
+                receipt_count,
+            )
+        )
 
     def at(self, tick: int) -> None:
         self.clock.set(tick)
@@ -207,7 +232,9 @@ class _Story:
             action()
         except Refused as refusal:
             return refusal
-        raise RuntimeError("the lab's broker accepted a request that the story expects it to refuse")
+        raise RuntimeError(
+            "the lab's broker accepted a request that the story expects it to refuse"
+        )
 
 
 def _normal(s: _Story) -> None:
@@ -222,7 +249,9 @@ def _repeat(s: _Story, with_receipt: bool) -> None:
     first = s.receive("A")
     s.at(1)
     s.step(f"A {s.app.charge(with_receipt=with_receipt)}")
-    s.step(f"A stops before its ACK: the effect is committed, delivery {first} is not settled")
+    s.step(
+        f"A stops before its ACK: the effect is committed, delivery {first} is not settled"
+    )
     s.at(LEASE_TICKS)
     second = s.receive("the lease ran out; B")
     s.step(f"B {s.app.charge(with_receipt=with_receipt)}")
@@ -238,7 +267,9 @@ def _early_ack(s: _Story) -> None:
     s.step(f"A ACKs delivery {first} BEFORE writing, then stops: nothing was written")
     s.at(LEASE_TICKS)
     refusal = s.refused(s.broker.receive)
-    s.step(f"B asks for the job: refused, {refusal.code} ({refusal.message}); the charge is lost")
+    s.step(
+        f"B asks for the job: refused, {refusal.code} ({refusal.message}); the charge is lost"
+    )
 
 
 def _expiry(s: _Story) -> None:
@@ -252,7 +283,9 @@ def _expiry(s: _Story) -> None:
     second = s.receive("B")
     s.at(LEASE_TICKS + 1)
     refusal = s.refused(lambda: s.broker.ack(first))
-    s.step(f"A ACKs delivery {first} again: refused, {refusal.code} ({refusal.message})")
+    s.step(
+        f"A ACKs delivery {first} again: refused, {refusal.code} ({refusal.message})"
+    )
     s.broker.ack(second)
     s.step(f"B ACKs delivery {second}: the job is settled")
 
@@ -274,11 +307,17 @@ def run_case(case: str, folder: Path | None = None) -> list[Step]:
         with tempfile.TemporaryDirectory(prefix="queue-core-lab-") as tmp:
             return run_case(case, Path(tmp))
     folder = Path(folder)
-    taken = [name for name in ("broker.sqlite3", "app.sqlite3") if (folder / name).exists()]
+    taken = [
+        name for name in ("broker.sqlite3", "app.sqlite3") if (folder / name).exists()
+    ]
     if taken:
-        raise ValueError(f"the lab needs fresh files; {folder} already holds {', '.join(taken)}")
+        raise ValueError(
+            f"the lab needs fresh files; {folder} already holds {', '.join(taken)}"
+        )
     story = _Story(folder)
-    story.step(f"job accepted ({TENANT}, {OPERATION}, {PAYLOAD['amount_cents']} cents); nothing done yet")
+    story.step(
+        f"job accepted ({TENANT}, {OPERATION}, {PAYLOAD['amount_cents']} cents); nothing done yet"
+    )
     _RUNS[case](story)
     return story.steps
 
@@ -297,23 +336,36 @@ def run_lab(cases: Iterable[str] = STORIES) -> dict[str, list[Step]]:
 
 def to_json(results: dict[str, list[Step]]) -> str:
     """One object keyed by case name; each a list of steps."""
-    return json.dumps({case: [step.to_dict() for step in steps] for case, steps in results.items()},
-                      ensure_ascii=False)
+    return json.dumps(
+        {case: [step.to_dict() for step in steps] for case, steps in results.items()},
+        ensure_ascii=False,
+    )
 
 
 def format_text(results: dict[str, list[Step]]) -> str:
     """Plain tables of the state after every step, one per story (the event last)."""
     blocks = []
     for case, steps in results.items():
-        lines = [f"{case}: {TITLES[case]}", "queue      deliveries  effects  receipts  event"]
-        lines += [f"{s.queue:<9}  {s.deliveries:>10}  {s.effects:>7}  {s.receipts:>8}  {s.event}" for s in steps]
+        lines = [
+            f"{case}: {TITLES[case]}",
+            "queue      deliveries  effects  receipts  event",
+        ]
+        lines += [
+            f"{s.queue:<9}  {s.deliveries:>10}  {s.effects:>7}  {s.receipts:>8}  {s.event}"
+            for s in steps
+        ]
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
 
 
 def markdown_table(steps: list[Step]) -> str:
     """A Markdown table of the state after every step (used by the site at build time)."""
-    lines = ["| event | queue | deliveries | effects | receipts |",
-             "| --- | --- | ---: | ---: | ---: |"]
-    lines += [f"| {s.event} | {s.queue} | {s.deliveries} | {s.effects} | {s.receipts} |" for s in steps]
+    lines = [
+        "| event | queue | deliveries | effects | receipts |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {s.event} | {s.queue} | {s.deliveries} | {s.effects} | {s.receipts} |"
+        for s in steps
+    ]
     return "\n".join(lines) + "\n"

@@ -33,7 +33,8 @@ MIN_AMOUNT_CENTS: Final = 1
 MAX_AMOUNT_CENTS: Final = 9_999_999
 INVALID_PAYLOAD: Final = "invalid_payload"
 SCHEMA_FILE: Final = "ledger.sql"
-SCHEMA_FILES: Final = {"sqlite": SCHEMA_FILE, "postgresql": "ledger_postgres.sql"}  # by Tx.engine
+# by Tx.engine
+SCHEMA_FILES: Final = {"sqlite": SCHEMA_FILE, "postgresql": "ledger_postgres.sql"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,11 @@ class Totals:
     by_category: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "total_cents": self.total_cents, "by_category": dict(self.by_category)}
+        return {
+            "count": self.count,
+            "total_cents": self.total_cents,
+            "by_category": dict(self.by_category),
+        }
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,9 @@ class Handler:
     def with_categories(cls, extra: Iterable[str] = ()) -> Handler:
         """The default categories plus ``extra`` (the "new handler version")."""
         if isinstance(extra, str):
-            raise TypeError(f"with_categories takes a collection of names, got the string {extra!r}")
+            raise TypeError(
+                f"with_categories takes a collection of names, got the string {extra!r}"
+            )
         return cls(categories=DEFAULT_CATEGORIES | frozenset(extra))
 
     def effect(self, payload: Mapping[str, Any]) -> Effect:
@@ -102,14 +109,22 @@ class Handler:
         # Check the type before the set lookup: a list is unhashable and would
         # raise TypeError instead of a clean permanent failure.
         if not isinstance(category, str):
-            raise PermanentFailure(INVALID_PAYLOAD, f"category must be a string, got {_json_kind(category)}")
+            raise PermanentFailure(
+                INVALID_PAYLOAD,
+                f"category must be a string, got {_json_kind(category)}",
+            )
         if category not in self.categories:
             known = ", ".join(sorted(self.categories))
-            raise PermanentFailure(INVALID_PAYLOAD, f"unsupported category {category!r} (known: {known})")
+            raise PermanentFailure(
+                INVALID_PAYLOAD, f"unsupported category {category!r} (known: {known})"
+            )
         amount = payload.get("amount_cents")
         # bool is a subclass of int in Python; true is not an amount of money.
         if isinstance(amount, bool) or not isinstance(amount, int):
-            raise PermanentFailure(INVALID_PAYLOAD, f"amount_cents must be an integer, got {_json_kind(amount)}")
+            raise PermanentFailure(
+                INVALID_PAYLOAD,
+                f"amount_cents must be an integer, got {_json_kind(amount)}",
+            )
         if not MIN_AMOUNT_CENTS <= amount <= MAX_AMOUNT_CENTS:
             raise PermanentFailure(
                 INVALID_PAYLOAD,
@@ -138,8 +153,10 @@ def install(store: Store) -> None:
     def create(tx: Tx) -> None:
         if not _table_exists(tx, "messages"):
             # Only a forged header gets this far: write nothing into a file that is not a queue.
-            raise WrongPath(f"{store.path} has no messages table: not a queue database",
-                            code="not_a_queue_database")
+            raise WrongPath(
+                f"{store.path} has no messages table: not a queue database",
+                code="not_a_queue_database",
+            )
         install_tx(tx)
 
     store.write(create)  # waits out a held write lock, as every protocol operation does
@@ -161,9 +178,14 @@ def totals_tx(view: Tx) -> Totals:
     if not _installed(view):
         return Totals(0, 0, {})
     # CAST: on PostgreSQL the sum of a BIGINT is a NUMERIC (a Decimal in Python).
-    count, total = view.execute("SELECT count(*), CAST(coalesce(sum(amount_cents), 0) AS BIGINT) FROM effects").fetchone()
-    by_category = dict(view.execute(
-        "SELECT category, CAST(sum(amount_cents) AS BIGINT) FROM effects GROUP BY category ORDER BY category").fetchall())
+    count, total = view.execute(
+        "SELECT count(*), CAST(coalesce(sum(amount_cents), 0) AS BIGINT) FROM effects"
+    ).fetchone()
+    by_category = dict(
+        view.execute(
+            "SELECT category, CAST(sum(amount_cents) AS BIGINT) FROM effects GROUP BY category ORDER BY category"
+        ).fetchall()
+    )
     return Totals(count, total, by_category)
 
 
@@ -181,13 +203,20 @@ def effects_tx(view: Tx) -> list[tuple[str, str, int]]:
     """``effects`` inside the caller's transaction or snapshot."""
     if not _installed(view):
         return []
-    return [(str(event_id), str(category), int(cents)) for event_id, category, cents in view.execute(
-        "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id")]
+    return [
+        (str(event_id), str(category), int(cents))
+        for event_id, category, cents in view.execute(
+            "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id"
+        )
+    ]
 
 
 def has_effect(tx: Tx, event_id: str) -> bool:
     """Whether the ledger holds the effect of ``event_id`` (the proof a receipt points to)."""
-    return tx.execute("SELECT 1 FROM effects WHERE event_id = ?", (event_id,)).fetchone() is not None
+    return (
+        tx.execute("SELECT 1 FROM effects WHERE event_id = ?", (event_id,)).fetchone()
+        is not None
+    )
 
 
 def _installed(view: Tx) -> bool:
@@ -202,6 +231,10 @@ def _json_kind(value: Any) -> str:
     if value is None:
         return "null or nothing"
     return {
-        bool: "a boolean", int: "an integer", float: "a float", str: "a string",
-        list: "an array", dict: "an object",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
     }.get(type(value), type(value).__name__)

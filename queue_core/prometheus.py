@@ -15,32 +15,70 @@ def exposition(metrics: Metrics) -> str:
     """The text exposition of ``metrics``: HELP and TYPE lines, then the samples; ends with a newline."""
     lines: list[str] = []
 
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, str, int | float]]) -> None:
+    def family(
+        name: str,
+        kind: str,
+        help_text: str,
+        samples: list[tuple[str, str, int | float]],
+    ) -> None:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
         for suffix, labels, value in samples:
-            shown = "NaN" if value != value else str(value)  # NaN: no done message to take a quantile of
+            # NaN: no done message to take a quantile of
+            shown = "NaN" if value != value else str(value)
             lines.append(f"{name}{suffix}{labels} {shown}")
 
-    family("queue_core_messages", "gauge", "Messages by stored state.",
-           [("", f'{{state="{state}"}}', metrics.messages.get(state, 0)) for state in STATES])
-    family("queue_core_oldest_ready_age_seconds", "gauge",
-           "Seconds since the oldest ready message was enqueued (0: none is ready).",
-           [("", "", metrics.oldest_ready_age or 0)])
-    family("queue_core_dead_messages_by_attempts", "gauge", "Dead messages by the attempts they spent.",
-           [("", f'{{attempts="{attempts}"}}', count) for attempts, count in metrics.dead_attempts.items()])
+    family(
+        "queue_core_messages",
+        "gauge",
+        "Messages by stored state.",
+        [
+            ("", f'{{state="{state}"}}', metrics.messages.get(state, 0))
+            for state in STATES
+        ],
+    )
+    family(
+        "queue_core_oldest_ready_age_seconds",
+        "gauge",
+        "Seconds since the oldest ready message was enqueued (0: none is ready).",
+        [("", "", metrics.oldest_ready_age or 0)],
+    )
+    family(
+        "queue_core_dead_messages_by_attempts",
+        "gauge",
+        "Dead messages by the attempts they spent.",
+        [
+            ("", f'{{attempts="{attempts}"}}', count)
+            for attempts, count in metrics.dead_attempts.items()
+        ],
+    )
     latency = metrics.enqueue_to_done
     quantiles: list[tuple[str, str, int | float]] = [
         ("", f'{{quantile="{q}"}}', value if value is not None else float("nan"))
-        for q, value in (("0.5", latency.p50), ("0.95", latency.p95))]
-    family("queue_core_enqueue_to_done_seconds", "summary",
-           "Seconds from enqueue to done of the done messages (since schema version 3).",
-           quantiles + [("_sum", "", latency.sum), ("_count", "", latency.count)])
-    family("queue_core_enqueue_to_done_max_seconds", "gauge",
-           "The longest enqueue to done of the done messages (0: none yet).", [("", "", latency.max or 0)])
-    family("queue_core_expired_leases_total", "counter",
-           "Leases that ran out and a later claim took over (or ended in dead).",
-           [("", "", metrics.expired_leases)])
-    family("queue_core_pruned_messages", "gauge", "Done messages whose payload prune removed.",
-           [("", "", metrics.pruned)])
+        for q, value in (("0.5", latency.p50), ("0.95", latency.p95))
+    ]
+    family(
+        "queue_core_enqueue_to_done_seconds",
+        "summary",
+        "Seconds from enqueue to done of the done messages (since schema version 3).",
+        quantiles + [("_sum", "", latency.sum), ("_count", "", latency.count)],
+    )
+    family(
+        "queue_core_enqueue_to_done_max_seconds",
+        "gauge",
+        "The longest enqueue to done of the done messages (0: none yet).",
+        [("", "", latency.max or 0)],
+    )
+    family(
+        "queue_core_expired_leases_total",
+        "counter",
+        "Leases that ran out and a later claim took over (or ended in dead).",
+        [("", "", metrics.expired_leases)],
+    )
+    family(
+        "queue_core_pruned_messages",
+        "gauge",
+        "Done messages whose payload prune removed.",
+        [("", "", metrics.pruned)],
+    )
     return "\n".join(lines) + "\n"

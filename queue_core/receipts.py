@@ -56,15 +56,20 @@ SQL_LOCK_KEY_POSTGRES = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
 # Reads the receipt of one operation of one tenant.
 SQL_LOOKUP = "SELECT tenant, operation, payload, effect FROM receipts WHERE tenant = ? AND operation = ?"
 # Writes a new receipt; the primary key refuses a second one for the same key.
-SQL_INSERT = "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (?, ?, ?, ?)"
+SQL_INSERT = (
+    "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (?, ?, ?, ?)"
+)
 # Lists every receipt, by tenant and operation.
-SQL_ALL = "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"
+SQL_ALL = (
+    "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"
+)
 
 Transaction = Union[Tx, sqlite3.Connection]
 _Connection = Union[sqlite3.Connection, PostgresConnection]
 ReceiptKey = Callable[[Mapping[str, Any]], "tuple[Any, Any]"]
 EffectCheck = Callable[[Tx, str], bool]
-RECEIPT_WITHOUT_EFFECT: Final = "receipt_without_effect"  # a receipt whose effect is gone
+# a receipt whose effect is gone
+RECEIPT_WITHOUT_EFFECT: Final = "receipt_without_effect"
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,8 @@ class Receipt:
     tenant: str
     operation: str
     payload: str  # canonical JSON, as compared on a repeat
-    effect: str  # what the effect is called where it lives (for the queue: its event_id)
+    # what the effect is called where it lives (for the queue: its event_id)
+    effect: str
 
 
 @dataclass(frozen=True)
@@ -91,12 +97,15 @@ class Recorded:
 
 # ---------------------------------------------------------------- writing
 
+
 def create_table(tx: Transaction) -> None:
     """Create the receipts table in an SQLite database that is not a queue's (a queue's has it)."""
     conn = _open_transaction(tx)
     if isinstance(conn, PostgresConnection):
-        raise ValueError("create_table is for an SQLite database; on PostgreSQL, Store(url) creates the "
-                         "receipts table with the queue's schema")
+        raise ValueError(
+            "create_table is for an SQLite database; on PostgreSQL, Store(url) creates the "
+            "receipts table with the queue's schema"
+        )
     for statement in database.sql_statements(SCHEMA_FILE):
         conn.execute(statement)
 
@@ -131,12 +140,15 @@ def record(
         return Recorded(prior, reused=True)
     effect = write_effect()
     if not isinstance(effect, str) or not effect:
-        raise TypeError(f"write_effect must return the effect's reference as a non-empty str, got {effect!r}")
+        raise TypeError(
+            f"write_effect must return the effect's reference as a non-empty str, got {effect!r}"
+        )
     conn.execute(SQL_INSERT, (tenant, operation, canonical, effect))
     return Recorded(Receipt(tenant, operation, canonical, effect), reused=False)
 
 
 # ---------------------------------------------------------------- reading
+
 
 def lookup(conn: Transaction, tenant: str, operation: str) -> Receipt | None:
     """The receipt of ``(tenant, operation)``, or None (also if no table exists yet)."""
@@ -160,6 +172,7 @@ def stored(store: Store) -> list[Receipt]:
 
 
 # ------------------------------------------------------- with the queue
+
 
 def key_from_payload(payload: Mapping[str, Any]) -> tuple[Any, Any]:
     """The receipt key named by the payload's ``tenant`` and ``operation`` fields.
@@ -199,15 +212,23 @@ class ReceiptHandler:
 
         try:
             recorded = record(tx, tenant, operation, payload, write_effect)
-        except ReceiptError as refusal:  # retrying cannot change the key or the stored receipt
+        # retrying cannot change the key or the stored receipt
+        except ReceiptError as refusal:
             raise PermanentFailure(refusal.code, refusal.message) from None
-        if recorded.reused and self.effect_exists is not None and not self.effect_exists(tx, recorded.effect):
-            raise PermanentFailure(RECEIPT_WITHOUT_EFFECT,
-                                   f"the receipt of {tenant}/{operation} names {recorded.effect}, "
-                                   "whose effect does not exist")
+        if (
+            recorded.reused
+            and self.effect_exists is not None
+            and not self.effect_exists(tx, recorded.effect)
+        ):
+            raise PermanentFailure(
+                RECEIPT_WITHOUT_EFFECT,
+                f"the receipt of {tenant}/{operation} names {recorded.effect}, "
+                "whose effect does not exist",
+            )
 
 
 # -------------------------------------------------------------- helpers
+
 
 def _lookup(conn: _Connection, tenant: str, operation: str) -> Receipt | None:
     row = conn.execute(SQL_LOOKUP, (tenant, operation)).fetchone()
@@ -221,7 +242,9 @@ def _table_exists(conn: _Connection) -> bool:
 def _connection(tx: Transaction) -> _Connection:
     conn = getattr(tx, "conn", tx)
     if not isinstance(conn, (sqlite3.Connection, PostgresConnection)):
-        raise TypeError(f"expected a store transaction (Tx) or an sqlite3.Connection, got {type(tx).__name__}")
+        raise TypeError(
+            f"expected a store transaction (Tx) or an sqlite3.Connection, got {type(tx).__name__}"
+        )
     return conn
 
 
@@ -230,29 +253,41 @@ def _open_transaction(tx: Transaction) -> _Connection:
     if not conn.in_transaction:
         # Outside a transaction each statement would commit alone, and a
         # receipt could outlive a failed effect (or the reverse).
-        raise ValueError("receipts are written inside the caller's transaction: BEGIN (IMMEDIATE) first, "
-                         "or use store.transaction()")
+        raise ValueError(
+            "receipts are written inside the caller's transaction: BEGIN (IMMEDIATE) first, "
+            "or use store.transaction()"
+        )
     return conn
 
 
 def _check_key(tenant: Any, operation: Any) -> None:
     for name, value in (("tenant", tenant), ("operation", operation)):
         if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
-            raise InvalidReceipt(f"{name} must be a string of 1..{MAX_KEY_CHARS} characters, got {value!r:.60}",
-                                 code="invalid_receipt_key")
+            raise InvalidReceipt(
+                f"{name} must be a string of 1..{MAX_KEY_CHARS} characters, got {value!r:.60}",
+                code="invalid_receipt_key",
+            )
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidReceipt(f"{name} contains a lone surrogate", code="invalid_receipt_key") from None
+            raise InvalidReceipt(
+                f"{name} contains a lone surrogate", code="invalid_receipt_key"
+            ) from None
 
 
 def _canonical(payload: Any) -> str:
     try:
         text = canonical_json(payload)
         size = len(text.encode("utf-8"))
-    except (TypeError, ValueError, RecursionError) as exc:  # not JSON, NaN/inf, a lone surrogate, a cycle
-        raise InvalidReceipt(f"the payload has no canonical JSON form: {exc}", code="invalid_receipt_payload") from None
+    # not JSON, NaN/inf, a lone surrogate, a cycle
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidReceipt(
+            f"the payload has no canonical JSON form: {exc}",
+            code="invalid_receipt_payload",
+        ) from None
     if size > MAX_PAYLOAD_BYTES:
-        raise InvalidReceipt(f"the canonical payload has {size} bytes; the limit is {MAX_PAYLOAD_BYTES}",
-                             code="invalid_receipt_payload")
+        raise InvalidReceipt(
+            f"the canonical payload has {size} bytes; the limit is {MAX_PAYLOAD_BYTES}",
+            code="invalid_receipt_payload",
+        )
     return text

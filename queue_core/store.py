@@ -56,12 +56,17 @@ from .errors import (
 )
 
 DEFAULT_LEASE_SECONDS: Final = 30
-MAX_LEASE_SECONDS: Final = 365 * 86_400  # a year; keeps now + lease far inside SQLite's 64-bit integers
-MAX_ATTEMPTS: Final = 3  # claims per cycle, whether they ended in a failure or a silent death
+# a year; keeps now + lease far inside SQLite's 64-bit integers
+MAX_LEASE_SECONDS: Final = 365 * 86_400
+# claims per cycle, whether they ended in a failure or a silent death
+MAX_ATTEMPTS: Final = 3
 BUSY_TIMEOUT_MS: Final = 2_000  # SQLite's own wait for the write lock, per attempt
-BUSY_RETRY_SECONDS: Final = 60.0  # then we back off and retry until this much time has passed
-LEASE_EXPIRED: Final = "lease_expired"  # last_error of a message whose last lease ran out
-HANDLER_ERROR: Final = "handler_error"  # last_error of a handler that raised something unexpected
+# then we back off and retry until this much time has passed
+BUSY_RETRY_SECONDS: Final = 60.0
+# last_error of a message whose last lease ran out
+LEASE_EXPIRED: Final = "lease_expired"
+# last_error of a handler that raised something unexpected
+HANDLER_ERROR: Final = "handler_error"
 STATES: Final = ("ready", "leased", "done", "dead")
 # Errors after which a connection is kept; after any other, it is closed and reopened.
 _CONNECTION_STAYS_USABLE: Final = frozenset({"database_busy", "constraint_violation"})
@@ -155,9 +160,11 @@ class Message:
     last_error: str | None
     last_detail: str | None = None
     enqueued_at: int | None = None  # None: stored before schema version 3
-    done_at: int | None = None  # when it was ACKed (None: not done, or before version 3)
+    # when it was ACKed (None: not done, or before version 3)
+    done_at: int | None = None
     expired_leases: int = 0  # leases of it that ran out and a later claim took over
-    pruned: bool = False  # prune removed the payload ({} now); its hash still deduplicates
+    # prune removed the payload ({} now); its hash still deduplicates
+    pruned: bool = False
 
     @property
     def payload_object(self) -> dict[str, Any]:
@@ -205,17 +212,24 @@ class Metrics:
 
     now: int
     messages: Mapping[str, int]  # counts by state
-    oldest_ready_age: int | None  # seconds since the oldest ready message was enqueued (None: no ready message)
+    # seconds since the oldest ready message was enqueued (None: no ready message)
+    oldest_ready_age: int | None
     dead_attempts: Mapping[int, int]  # dead messages by the attempts they spent
     enqueue_to_done: Latency
-    expired_leases: int  # leases that ran out and a later claim took over (or ended in dead)
+    # leases that ran out and a later claim took over (or ended in dead)
+    expired_leases: int
     pruned: int  # done messages whose payload prune removed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"now": self.now, "messages": dict(self.messages), "oldest_ready_age": self.oldest_ready_age,
-                "dead_attempts": {str(k): v for k, v in self.dead_attempts.items()},
-                "enqueue_to_done": self.enqueue_to_done.to_dict(), "expired_leases": self.expired_leases,
-                "pruned": self.pruned}
+        return {
+            "now": self.now,
+            "messages": dict(self.messages),
+            "oldest_ready_age": self.oldest_ready_age,
+            "dead_attempts": {str(k): v for k, v in self.dead_attempts.items()},
+            "enqueue_to_done": self.enqueue_to_done.to_dict(),
+            "expired_leases": self.expired_leases,
+            "pruned": self.pruned,
+        }
 
 
 @dataclass(frozen=True)
@@ -223,7 +237,8 @@ class Pruned:
     """What ``prune`` did."""
 
     pruned: int  # payloads removed now
-    unknown_age: int  # done messages from before schema version 3: no done time, so never pruned by age
+    # done messages from before schema version 3: no done time, so never pruned by age
+    unknown_age: int
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -232,7 +247,9 @@ class Pruned:
 class Tx:
     """An open transaction on one connection: run your SQL in it with ``execute``."""
 
-    def __init__(self, conn: sqlite3.Connection, clock: Clock, *, server_clock: bool = False) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, clock: Clock, *, server_clock: bool = False
+    ) -> None:
         self.conn = conn
         self.clock = clock
         self.engine: str = getattr(conn, "engine", "sqlite")  # "sqlite" or "postgresql"
@@ -240,7 +257,8 @@ class Tx:
 
     def now(self) -> int:
         """Read the clock again (a long handler may have let time pass), in whole seconds rounded down."""
-        if self._server_clock:  # PostgreSQL with the system clock: the server's, one clock for every host
+        # PostgreSQL with the system clock: the server's, one clock for every host
+        if self._server_clock:
             return int(self.conn.server_now())  # type: ignore[attr-defined]
         return self.clock.now()
 
@@ -251,7 +269,9 @@ class Tx:
         reading = getattr(self.clock, "time", None)
         return float(reading()) if callable(reading) else float(self.clock.now())
 
-    def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
+    def execute(
+        self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()
+    ) -> sqlite3.Cursor:
         """Run one statement with bound parameters inside this transaction."""
         return self.conn.execute(sql, params)  # type: ignore[arg-type]
 
@@ -259,14 +279,20 @@ class Tx:
 class Heartbeat:
     """A background thread that extends one lease until the block ends (``Store.heartbeat``)."""
 
-    def __init__(self, store: Store, lease: Lease, every: float, lease_seconds: int) -> None:
+    def __init__(
+        self, store: Store, lease: Lease, every: float, lease_seconds: int
+    ) -> None:
         self.lease = lease  # the latest extension: complete with it
-        self.lost: LeaseLost | None = None  # set if an extension was refused; the thread then stops
+        # set if an extension was refused; the thread then stops
+        self.lost: LeaseLost | None = None
         self.beats = 0  # extensions made
-        self.error: StorageError | None = None  # the last storage error of a beat, if any
+        # the last storage error of a beat, if any
+        self.error: StorageError | None = None
         self._store, self._every, self._seconds = store, every, lease_seconds
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat {lease.event_id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat {lease.event_id}", daemon=True
+        )
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -285,10 +311,12 @@ class Heartbeat:
                 except LeaseLost as lost:
                     self.lost = lost
                     return
-                except StorageError as failed:  # the next beat may work; the deadline tells if none did
+                # the next beat may work; the deadline tells if none did
+                except StorageError as failed:
                     self.error = failed
         finally:
-            self._store._release_thread_connection()  # one heartbeat, one connection: not kept until close()
+            # one heartbeat, one connection: not kept until close()
+            self._store._release_thread_connection()
 
 
 class Handler(Protocol):
@@ -333,18 +361,39 @@ class Store:
         a file of an older schema version is migrated forward in one transaction.
         """
         if not isinstance(path, (str, Path)):
-            raise TypeError(f"Store() takes a file path (str or Path) or a postgresql:// URL, "
-                            f"got {type(path).__name__}")
+            raise TypeError(
+                f"Store() takes a file path (str or Path) or a postgresql:// URL, "
+                f"got {type(path).__name__}"
+            )
         if clock is not None and not callable(getattr(clock, "now", None)):
-            raise TypeError(f"clock must have a now() method returning seconds, got {type(clock).__name__}")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer of at least 1, got {max_attempts!r}")
-        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
-            raise ValueError(f"busy_timeout_ms must be a whole number of milliseconds, 0 or more, "
-                             f"got {busy_timeout_ms!r}")
-        if (isinstance(busy_retry_seconds, bool) or not isinstance(busy_retry_seconds, (int, float))
-                or not 0 <= busy_retry_seconds < float("inf")):
-            raise ValueError(f"busy_retry_seconds must be a number of seconds, 0 or more, got {busy_retry_seconds!r}")
+            raise TypeError(
+                f"clock must have a now() method returning seconds, got {type(clock).__name__}"
+            )
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or max_attempts < 1
+        ):
+            raise ValueError(
+                f"max_attempts must be an integer of at least 1, got {max_attempts!r}"
+            )
+        if (
+            isinstance(busy_timeout_ms, bool)
+            or not isinstance(busy_timeout_ms, int)
+            or busy_timeout_ms < 0
+        ):
+            raise ValueError(
+                f"busy_timeout_ms must be a whole number of milliseconds, 0 or more, "
+                f"got {busy_timeout_ms!r}"
+            )
+        if (
+            isinstance(busy_retry_seconds, bool)
+            or not isinstance(busy_retry_seconds, (int, float))
+            or not 0 <= busy_retry_seconds < float("inf")
+        ):
+            raise ValueError(
+                f"busy_retry_seconds must be a number of seconds, 0 or more, got {busy_retry_seconds!r}"
+            )
         # "postgresql://..." selects PostgreSQL (engine_postgres.py); anything else is an SQLite file.
         self.url: str | None = str(path) if engine_postgres.is_url(path) else None
         self.engine = "postgresql" if self.url else "sqlite"
@@ -367,17 +416,24 @@ class Store:
         if self.url is not None:
             conn = self._thread_connection()
             try:
-                engine_postgres.open_queue(conn, create=create,  # type: ignore[arg-type]
-                                           known_version=database.SCHEMA_VERSION, where=self._where)
+                engine_postgres.open_queue(
+                    conn,  # type: ignore[arg-type]
+                    create=create,
+                    known_version=database.SCHEMA_VERSION,
+                    where=self._where,
+                )
             except BaseException:
                 self.close()  # a refused database keeps no connection of ours
                 raise
             return
-        version = database.inspect(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
+        version = database.inspect(
+            self.path, create=create, busy_timeout_ms=busy_timeout_ms
+        )
         if version < database.SCHEMA_VERSION:
             with self._connection() as conn:
                 database.prepare(conn, self.path)
-                if version > 0:  # a migration: put the new version into the file itself, not only the WAL
+                # a migration: put the new version into the file itself, not only the WAL
+                if version > 0:
                     database.checkpoint(conn)
 
     def __repr__(self) -> str:
@@ -416,7 +472,11 @@ class Store:
         (e.g. ``status()`` inside ``with store.transaction()``) gets its own
         short-lived connection, as it would from another client.
         """
-        if getattr(self._local, "in_use", False) and not self._closed and os.getpid() == self._pid:
+        if (
+            getattr(self._local, "in_use", False)
+            and not self._closed
+            and os.getpid() == self._pid
+        ):
             extra = self._open()
             try:
                 yield extra
@@ -436,10 +496,17 @@ class Store:
     def _thread_connection(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use and kept until ``close()``."""
         if self._closed:
-            raise StorageError(f"{self._where}: this store was closed", code="store_closed")
-        if os.getpid() != self._pid:  # a forked child must not touch its parent's connections
+            raise StorageError(
+                f"{self._where}: this store was closed", code="store_closed"
+            )
+        # a forked child must not touch its parent's connections
+        if os.getpid() != self._pid:
             with self._registry:
-                self._pid, self._connections, self._local = os.getpid(), [], threading.local()
+                self._pid, self._connections, self._local = (
+                    os.getpid(),
+                    [],
+                    threading.local(),
+                )
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._open(check_same_thread=False)
@@ -462,7 +529,11 @@ class Store:
     def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
         if self.url is not None:
             return engine_postgres.Connection(self.url, busy_timeout_ms=self.busy_timeout_ms)  # type: ignore[return-value]
-        return database.connect(self.path, busy_timeout_ms=self.busy_timeout_ms, check_same_thread=check_same_thread)
+        return database.connect(
+            self.path,
+            busy_timeout_ms=self.busy_timeout_ms,
+            check_same_thread=check_same_thread,
+        )
 
     def writer_turn(self) -> AbstractContextManager[None]:
         """Hold this thread's turn to write across several transactions (re-entrant).
@@ -474,10 +545,13 @@ class Store:
         once per message, not twice.
         """
         if self.url is not None:
-            return contextlib.nullcontext()  # PostgreSQL locks rows, not the database: no turns
+            # PostgreSQL locks rows, not the database: no turns
+            return contextlib.nullcontext()
         return turn.writer_turn(self.path, wait_seconds=self.busy_retry_seconds)
 
-    def _discard_unless_usable(self, conn: sqlite3.Connection, exc: StorageError) -> None:
+    def _discard_unless_usable(
+        self, conn: sqlite3.Connection, exc: StorageError
+    ) -> None:
         if exc.code not in _CONNECTION_STAYS_USABLE:
             self._discard(conn)  # after an I/O error or a full disk, start afresh
 
@@ -549,7 +623,11 @@ class Store:
             try:
                 try:
                     # PostgreSQL: one snapshot for all of the body's statements, as a WAL read on SQLite.
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if self.url else "BEGIN")
+                    conn.execute(
+                        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+                        if self.url
+                        else "BEGIN"
+                    )
                     yield Tx(conn, self.clock, server_clock=self._server_clock)
                 finally:
                     if conn.in_transaction:
@@ -562,9 +640,11 @@ class Store:
 
         :param body: reads through ``view.execute``; its return value is returned.
         """
+
         def once() -> T:
             with self.snapshot() as view:
                 return body(view)
+
         return self._retry_busy(once)
 
     def write(self, body: Callable[[Tx], T]) -> T:
@@ -589,7 +669,8 @@ class Store:
         for a caller's with-block. Written out rather than built from context
         managers: this is the hot path (they cost a fifth of a message's time).
         """
-        if getattr(self._local, "in_use", False):  # nested, e.g. status() inside store.transaction()
+        # nested, e.g. status() inside store.transaction()
+        if getattr(self._local, "in_use", False):
             with self._transaction(operation) as tx:
                 return body(tx)
         probed = operation is not None and self._probe is not None
@@ -639,10 +720,14 @@ class Store:
         if isinstance(data, Batch):
             batch = data
         elif isinstance(data, (str, bytes, bytearray)):
-            batch = parse_batch(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+            batch = parse_batch(
+                data.encode("utf-8") if isinstance(data, str) else bytes(data)
+            )
         else:
-            raise TypeError(f"enqueue takes JSONL text (str or bytes) or a parsed Batch, got {type(data).__name__}; "
-                            "one event is one line: '{\"event_id\": \"E0001\", \"payload\": {...}}'")
+            raise TypeError(
+                f"enqueue takes JSONL text (str or bytes) or a parsed Batch, got {type(data).__name__}; "
+                'one event is one line: \'{"event_id": "E0001", "payload": {...}}\''
+            )
         return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch))
 
     def enqueue_tx(self, tx: Tx, batch: Batch) -> EnqueueResult:
@@ -652,23 +737,31 @@ class Store:
         different one it is a conflict that rejects the whole batch.
         """
         if not isinstance(batch, Batch):
-            raise TypeError(f"enqueue_tx takes a Batch from parse_batch(), got {type(batch).__name__}")
+            raise TypeError(
+                f"enqueue_tx takes a Batch from parse_batch(), got {type(batch).__name__}"
+            )
         now = tx.now()
         # One read for the whole batch, then one INSERT statement for its new events.
         ids = [event.event_id for event in batch.events]
         if tx.engine == "postgresql":
             # No database write lock there: enqueues take turns on an advisory
             # lock, so that a duplicate or a conflict is decided as on SQLite.
-            tx.execute("SELECT pg_advisory_xact_lock(?)", (database.APPLICATION_ID + 1,))
-            found = tx.execute("SELECT event_id, payload, payload_sha256 FROM messages WHERE event_id = ANY(?)",
-                               (ids,))
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(?)", (database.APPLICATION_ID + 1,)
+            )
+            found = tx.execute(
+                "SELECT event_id, payload, payload_sha256 FROM messages WHERE event_id = ANY(?)",
+                (ids,),
+            )
         else:
             found = tx.execute(
                 "SELECT event_id, payload, payload_sha256 FROM messages "
                 "WHERE event_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),))
+                (json.dumps(ids),),
+            )
         stored: dict[str, str] = {}
-        pruned: dict[str, str] = {}  # event_id -> SHA-256 of the canonical payload prune removed
+        # event_id -> SHA-256 of the canonical payload prune removed
+        pruned: dict[str, str] = {}
         for event_id, payload, digest in found.fetchall():
             if digest is None:
                 stored[event_id] = payload
@@ -677,11 +770,16 @@ class Store:
         self._at("enqueue.after_read")
         new: list[tuple[str, str, int, int]] = []
         duplicates = batch.duplicates_in_batch
-        for event in batch.events:  # in batch order: a conflict names the first line at fault
+        # in batch order: a conflict names the first line at fault
+        for event in batch.events:
             payload = stored.get(event.event_id)
             if payload is None and event.event_id in pruned:
                 # Pruned: the same canonical payload has the same hash, another one (all but surely) not.
-                payload = event.payload if payload_digest(event.payload) == pruned[event.event_id] else ""
+                payload = (
+                    event.payload
+                    if payload_digest(event.payload) == pruned[event.event_id]
+                    else ""
+                )
             if payload is None:
                 new.append((event.event_id, event.payload, now, now))
             elif payload == event.payload:
@@ -696,11 +794,12 @@ class Store:
             # Rows of many VALUES per statement: per-row statement steps cost
             # more than the CHECKs themselves (see scripts/bench.py's enqueue row).
             for start in range(0, len(new), _INSERT_ROWS):
-                chunk = new[start:start + _INSERT_ROWS]
+                chunk = new[start : start + _INSERT_ROWS]
                 tx.execute(
                     "INSERT INTO messages (event_id, payload, state, available_at, enqueued_at) VALUES "
                     + ", ".join(["(?, ?, 'ready', ?, ?)"] * len(chunk)),
-                    [value for row in chunk for value in row])
+                    [value for row in chunk for value in row],
+                )
             self._at("enqueue.after_insert")
         return EnqueueResult(accepted=len(new), duplicates=duplicates)
 
@@ -715,7 +814,9 @@ class Store:
         _check_lease_seconds(lease_seconds)
         return self._write("claim", lambda tx: self.claim_tx(tx, lease_seconds))
 
-    def claim_tx(self, tx: Tx, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease | None:
+    def claim_tx(
+        self, tx: Tx, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> Lease | None:
         """Choose and lease a message inside the caller's ``BEGIN IMMEDIATE``.
 
         A ready message whose ``available_at`` has come, or a leased one whose
@@ -727,7 +828,9 @@ class Store:
         leases = self._claim_up_to(tx, 1, lease_seconds, tx.instant())
         return leases[0] if leases else None
 
-    def _claim_up_to(self, tx: Tx, count: int, lease_seconds: int, instant: float) -> list[Lease]:
+    def _claim_up_to(
+        self, tx: Tx, count: int, lease_seconds: int, instant: float
+    ) -> list[Lease]:
         """Lease the next ``count`` claimable messages in claim order: what ``count`` claims would lease.
 
         One read finds the candidates. A candidate whose last allowed lease
@@ -753,13 +856,18 @@ class Store:
             if not rows:
                 break
             for event_id, attempts, generation, expired_at in rows:
-                expired = int(expired_at is not None)  # a leased candidate: its lease ran out
+                # a leased candidate: its lease ran out
+                expired = int(expired_at is not None)
                 if attempts >= self.max_attempts:
                     tx.execute(
                         "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ?, "
                         "expired_leases = expired_leases + 1 WHERE event_id = ?",
-                        (LEASE_EXPIRED, f"the lease of claim {attempts} of {self.max_attempts} ended at "
-                                        f"{expired_at} with no completion", event_id),
+                        (
+                            LEASE_EXPIRED,
+                            f"the lease of claim {attempts} of {self.max_attempts} ended at "
+                            f"{expired_at} with no completion",
+                            event_id,
+                        ),
                     )
                     self._at("claim.after_expire")
                     continue
@@ -771,7 +879,13 @@ class Store:
                         expired_leases = expired_leases + ?
                     WHERE event_id = ?
                     """,
-                    (lease.attempt, lease.generation, lease.lease_until, expired, event_id),
+                    (
+                        lease.attempt,
+                        lease.generation,
+                        lease.lease_until,
+                        expired,
+                        event_id,
+                    ),
                 )
                 self._at("claim.after_update")
                 leases.append(lease)
@@ -797,8 +911,12 @@ class Store:
         """
         _check_lease(lease)
         if not callable(handler):
-            raise TypeError(f"handler must be callable as handler(tx, message), got {type(handler).__name__}")
-        return self._write("complete", lambda tx: self._complete_with(tx, lease, handler))
+            raise TypeError(
+                f"handler must be callable as handler(tx, message), got {type(handler).__name__}"
+            )
+        return self._write(
+            "complete", lambda tx: self._complete_with(tx, lease, handler)
+        )
 
     def _complete_with(self, tx: Tx, lease: Lease, handler: Handler) -> Completion:
         # One savepoint holds this message's effect and ACK: a refusing
@@ -813,8 +931,10 @@ class Store:
                 handler(tx, message)
             except Exception as exc:
                 if not tx.conn.in_transaction:
-                    raise  # SQLite itself ended the transaction (e.g. a full disk): nothing to record in
-                tx.execute("ROLLBACK TO message")  # the handler's writes; the read before them wrote nothing
+                    # SQLite itself ended the transaction (e.g. a full disk): nothing to record in
+                    raise
+                # the handler's writes; the read before them wrote nothing
+                tx.execute("ROLLBACK TO message")
                 code, detail, permanent = refusal(exc)
                 result = self._refuse(tx, lease, code, detail, permanent=permanent)
             else:
@@ -847,7 +967,9 @@ class Store:
         if message.state != "leased" or message.lease_until is None:
             raise LeaseLost(f"{lease.event_id} is {message.state}, not leased")
         if not now < message.lease_until:
-            raise LeaseLost(f"{lease.event_id}: the lease ended at {message.lease_until} (now {now})")
+            raise LeaseLost(
+                f"{lease.event_id}: the lease ended at {message.lease_until} (now {now})"
+            )
         return message
 
     def complete_tx(self, tx: Tx, lease: Lease) -> Completion:
@@ -860,7 +982,8 @@ class Store:
         _check_lease(lease)
         now = tx.now()
         if not now < lease.lease_until:
-            self.leased_tx(tx, lease)  # the lease ran out during the work: raises LeaseLost saying so
+            # the lease ran out during the work: raises LeaseLost saying so
+            self.leased_tx(tx, lease)
         self._at("complete.after_recheck")
         # The fence and the ACK in one statement: the row changes only while
         # this lease is its current, unexpired lease.
@@ -871,13 +994,17 @@ class Store:
         ).rowcount
         if acked != 1:
             self.leased_tx(tx, lease)  # raises LeaseLost with the reason
-            raise LeaseLost(f"{lease.event_id}: generation {lease.generation} is no longer the current lease")
+            raise LeaseLost(
+                f"{lease.event_id}: generation {lease.generation} is no longer the current lease"
+            )
         self._at("complete.after_update")
         return Completion(lease.event_id, Outcome.DONE)
 
     # ------------------------------------------------------------- batches
 
-    def claim_many(self, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> list[Lease]:
+    def claim_many(
+        self, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> list[Lease]:
         """Lease up to ``count`` available messages in one transaction (the batched path).
 
         Each lease is the one ``claim`` would have given, with its own
@@ -888,15 +1015,21 @@ class Store:
         """
         _check_count(count)
         _check_lease_seconds(lease_seconds)
-        return self._write("claim_many", lambda tx: self.claim_many_tx(tx, count, lease_seconds))
+        return self._write(
+            "claim_many", lambda tx: self.claim_many_tx(tx, count, lease_seconds)
+        )
 
-    def claim_many_tx(self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> list[Lease]:
+    def claim_many_tx(
+        self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> list[Lease]:
         """``claim_many`` inside the caller's transaction."""
         _check_count(count)
         _check_lease_seconds(lease_seconds)
         return self._claim_up_to(tx, count, lease_seconds, tx.instant())
 
-    def complete_many(self, leases: Iterable[Lease], handler: Handler) -> list[Completion]:
+    def complete_many(
+        self, leases: Iterable[Lease], handler: Handler
+    ) -> list[Completion]:
         """Complete several leased messages in one transaction, each with its own effect and ACK.
 
         Every message runs exactly as in ``complete`` (fenced check, the
@@ -913,19 +1046,35 @@ class Store:
         for lease in batch:
             _check_lease(lease)
         if len(batch) > MAX_BATCH:
-            raise ValueError(f"complete_many takes at most {MAX_BATCH} leases, got {len(batch)}")
+            raise ValueError(
+                f"complete_many takes at most {MAX_BATCH} leases, got {len(batch)}"
+            )
         if not callable(handler):
-            raise TypeError(f"handler must be callable as handler(tx, message), got {type(handler).__name__}")
-        return self._write("complete_many", lambda tx: self.complete_many_tx(tx, batch, handler))
+            raise TypeError(
+                f"handler must be callable as handler(tx, message), got {type(handler).__name__}"
+            )
+        return self._write(
+            "complete_many", lambda tx: self.complete_many_tx(tx, batch, handler)
+        )
 
-    def complete_many_tx(self, tx: Tx, leases: Iterable[Lease], handler: Handler) -> list[Completion]:
+    def complete_many_tx(
+        self, tx: Tx, leases: Iterable[Lease], handler: Handler
+    ) -> list[Completion]:
         """``complete_many`` inside the caller's transaction."""
         results: list[Completion] = []
         for lease in leases:
             try:
-                results.append(self._complete_with(tx, lease, handler))  # undoes its own message on LeaseLost
+                # undoes its own message on LeaseLost
+                results.append(self._complete_with(tx, lease, handler))
             except LeaseLost as lost:
-                results.append(Completion(lease.event_id, Outcome.LEASE_LOST, LeaseLost.code, detail=lost.message))
+                results.append(
+                    Completion(
+                        lease.event_id,
+                        Outcome.LEASE_LOST,
+                        LeaseLost.code,
+                        detail=lost.message,
+                    )
+                )
         return results
 
     # ---------------------------------------------------------------- extend
@@ -947,16 +1096,25 @@ class Store:
         """
         _check_lease(lease)
         _check_lease_seconds(lease_seconds)
-        return self._write("extend", lambda tx: self.extend_tx(tx, lease, lease_seconds))
+        return self._write(
+            "extend", lambda tx: self.extend_tx(tx, lease, lease_seconds)
+        )
 
-    def extend_tx(self, tx: Tx, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease:
+    def extend_tx(
+        self, tx: Tx, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> Lease:
         """``extend`` inside the caller's transaction."""
         _check_lease_seconds(lease_seconds)
         self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
         self._at("extend.after_read")
         instant = tx.instant()
         now = math.floor(instant)
-        extended = Lease(lease.event_id, lease.generation, lease.attempt, lease_deadline(instant, lease_seconds))
+        extended = Lease(
+            lease.event_id,
+            lease.generation,
+            lease.attempt,
+            lease_deadline(instant, lease_seconds),
+        )
         # The same fence in the UPDATE itself, as in complete_tx.
         changed = tx.execute(
             "UPDATE messages SET lease_until = ? "
@@ -964,11 +1122,15 @@ class Store:
             (extended.lease_until, lease.event_id, lease.generation, now),
         ).rowcount
         if changed != 1:
-            raise LeaseLost(f"{lease.event_id}: generation {lease.generation} is no longer the current lease")
+            raise LeaseLost(
+                f"{lease.event_id}: generation {lease.generation} is no longer the current lease"
+            )
         self._at("extend.after_update")
         return extended
 
-    def heartbeat(self, lease: Lease, *, every: float, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Heartbeat:
+    def heartbeat(
+        self, lease: Lease, *, every: float, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> Heartbeat:
         """Keep extending ``lease`` every ``every`` seconds in a background thread while long work runs.
 
         Use it around work done between ``claim`` and ``complete``::
@@ -985,12 +1147,21 @@ class Store:
         _check_lease(lease)
         _check_lease_seconds(lease_seconds)
         if not every > 0:
-            raise ValueError(f"every must be a positive number of seconds, got {every!r}")
+            raise ValueError(
+                f"every must be a positive number of seconds, got {every!r}"
+            )
         return Heartbeat(self, lease, every, lease_seconds)
 
     # ------------------------------------------------------------------ fail
 
-    def fail(self, lease: Lease, code: str, *, permanent: bool = False, detail: str | None = None) -> Completion:
+    def fail(
+        self,
+        lease: Lease,
+        code: str,
+        *,
+        permanent: bool = False,
+        detail: str | None = None,
+    ) -> Completion:
         """Record a failed attempt: retry after a backoff, or dead.
 
         Permanent failures and a temporary failure on the last allowed attempt
@@ -1005,27 +1176,58 @@ class Store:
         """
         _check_lease(lease)
         _check_code(code, detail)
-        return self._write("fail", lambda tx: self.fail_tx(tx, lease, code, permanent=permanent, detail=detail))
+        return self._write(
+            "fail",
+            lambda tx: self.fail_tx(
+                tx, lease, code, permanent=permanent, detail=detail
+            ),
+        )
 
-    def fail_tx(self, tx: Tx, lease: Lease, code: str, *, permanent: bool = False,
-                detail: str | None = None) -> Completion:
+    def fail_tx(
+        self,
+        tx: Tx,
+        lease: Lease,
+        code: str,
+        *,
+        permanent: bool = False,
+        detail: str | None = None,
+    ) -> Completion:
         """``fail`` inside the caller's transaction."""
         _check_code(code, detail)
         message = self.leased_tx(tx, lease)
         self._at("fail.after_read")
-        return self._fail_checked(tx, message, code, detail, permanent=permanent, point="fail.after_update")
+        return self._fail_checked(
+            tx, message, code, detail, permanent=permanent, point="fail.after_update"
+        )
 
-    def _refuse(self, tx: Tx, lease: Lease, code: str, detail: str | None, *, permanent: bool) -> Completion:
+    def _refuse(
+        self, tx: Tx, lease: Lease, code: str, detail: str | None, *, permanent: bool
+    ) -> Completion:
         """A handler refused the payload: record it only if the lease is still current.
 
         The handler may have taken long, so the lease is checked again, as on
         the success path; a refusal after the lease ended raises ``LeaseLost``.
         """
         message = self.leased_tx(tx, lease)
-        return self._fail_checked(tx, message, code, detail, permanent=permanent, point="complete.after_update")
+        return self._fail_checked(
+            tx,
+            message,
+            code,
+            detail,
+            permanent=permanent,
+            point="complete.after_update",
+        )
 
-    def _fail_checked(self, tx: Tx, message: Message, code: str, detail: str | None, *,
-                      permanent: bool, point: str) -> Completion:
+    def _fail_checked(
+        self,
+        tx: Tx,
+        message: Message,
+        code: str,
+        detail: str | None,
+        *,
+        permanent: bool,
+        point: str,
+    ) -> Completion:
         if permanent or message.attempts >= self.max_attempts:
             tx.execute(
                 "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ? "
@@ -1043,7 +1245,9 @@ class Store:
                 """,
                 (available_at, code, detail, message.event_id),
             )
-            outcome = Completion(message.event_id, Outcome.RETRY, code, available_at, detail)
+            outcome = Completion(
+                message.event_id, Outcome.RETRY, code, available_at, detail
+            )
         self._at(point)
         return outcome
 
@@ -1057,8 +1261,10 @@ class Store:
         :raises UnknownEvent: one of them is not in the queue (nothing is changed).
         """
         if isinstance(event_ids, str):
-            raise TypeError(f"redrive takes a list of event ids, got the string {event_ids!r}; "
-                            f"write redrive([{event_ids!r}])")
+            raise TypeError(
+                f"redrive takes a list of event ids, got the string {event_ids!r}; "
+                f"write redrive([{event_ids!r}])"
+            )
         ids = list(dict.fromkeys(event_ids))  # the same id twice is one request
         return self._write("redrive", lambda tx: self.redrive_tx(tx, ids))
 
@@ -1071,13 +1277,18 @@ class Store:
         now = tx.now()
         done: list[str] = []
         for event_id in event_ids:
-            row = tx.execute("SELECT state FROM messages WHERE event_id = ?" + _ROW_LOCK[tx.engine]["message"],
-                             (event_id,)).fetchone()
+            row = tx.execute(
+                "SELECT state FROM messages WHERE event_id = ?"
+                + _ROW_LOCK[tx.engine]["message"],
+                (event_id,),
+            ).fetchone()
             self._at("redrive.after_read")
             if row is None:
                 raise UnknownEvent(f"{event_id} is not in the queue")
             if row[0] != "dead":
-                raise NotDead(f"{event_id} is {row[0]}; only dead messages can be redriven")
+                raise NotDead(
+                    f"{event_id} is {row[0]}; only dead messages can be redriven"
+                )
             tx.execute(
                 "UPDATE messages SET state = 'ready', attempts = 0, available_at = ? WHERE event_id = ?",
                 (now, event_id),
@@ -1094,7 +1305,13 @@ class Store:
 
     def status_tx(self, view: Tx) -> Snapshot:
         """``status`` inside the caller's transaction or snapshot."""
-        return Snapshot(dict(view.execute("SELECT state, count(*) FROM messages GROUP BY state").fetchall()))
+        return Snapshot(
+            dict(
+                view.execute(
+                    "SELECT state, count(*) FROM messages GROUP BY state"
+                ).fetchall()
+            )
+        )
 
     def metrics(self) -> Metrics:
         """Counts, the oldest ready message's age, dead messages' attempts, enqueue-to-done latency, expired leases."""
@@ -1104,30 +1321,48 @@ class Store:
         """``metrics`` inside the caller's transaction or snapshot."""
         now = view.now()
         counts = self.status_tx(view).messages
-        oldest = view.execute("SELECT min(enqueued_at) FROM messages WHERE state = 'ready'").fetchone()[0]
-        dead = dict(view.execute(
-            "SELECT attempts, count(*) FROM messages WHERE state = 'dead' GROUP BY attempts ORDER BY attempts"))
-        timed = ("FROM messages WHERE state = 'done' AND enqueued_at IS NOT NULL AND done_at IS NOT NULL")
+        oldest = view.execute(
+            "SELECT min(enqueued_at) FROM messages WHERE state = 'ready'"
+        ).fetchone()[0]
+        dead = dict(
+            view.execute(
+                "SELECT attempts, count(*) FROM messages WHERE state = 'dead' GROUP BY attempts ORDER BY attempts"
+            )
+        )
+        timed = "FROM messages WHERE state = 'done' AND enqueued_at IS NOT NULL AND done_at IS NOT NULL"
         done, longest, total = view.execute(
-            f"SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0) {timed}").fetchone()
+            f"SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0) {timed}"
+        ).fetchone()
 
         def percentile(p: int) -> int | None:
             if not done:
                 return None
             rank = max(1, -(-p * int(done) // 100))  # nearest rank: ceil(p/100 * n)
-            row = view.execute(f"SELECT done_at - enqueued_at AS seconds {timed} ORDER BY seconds "
-                               "LIMIT 1 OFFSET ?", (rank - 1,)).fetchone()
+            row = view.execute(
+                f"SELECT done_at - enqueued_at AS seconds {timed} ORDER BY seconds "
+                "LIMIT 1 OFFSET ?",
+                (rank - 1,),
+            ).fetchone()
             return int(row[0])
 
         expired, pruned = view.execute(
-            "SELECT coalesce(sum(expired_leases), 0), count(payload_sha256) FROM messages").fetchone()
+            "SELECT coalesce(sum(expired_leases), 0), count(payload_sha256) FROM messages"
+        ).fetchone()
         return Metrics(
-            now=now, messages={state: counts.get(state, 0) for state in STATES},
+            now=now,
+            messages={state: counts.get(state, 0) for state in STATES},
             oldest_ready_age=None if oldest is None else max(0, now - int(oldest)),
             dead_attempts={int(k): int(v) for k, v in dead.items()},
-            enqueue_to_done=Latency(int(done), percentile(50), percentile(95),
-                                    None if longest is None else int(longest), int(total)),
-            expired_leases=int(expired), pruned=int(pruned))
+            enqueue_to_done=Latency(
+                int(done),
+                percentile(50),
+                percentile(95),
+                None if longest is None else int(longest),
+                int(total),
+            ),
+            expired_leases=int(expired),
+            pruned=int(pruned),
+        )
 
     # ---------------------------------------------------------------- prune
 
@@ -1143,10 +1378,16 @@ class Store:
 
         :param older_than_seconds: 0 or more; ``0`` prunes every done message with a done time.
         """
-        if isinstance(older_than_seconds, bool) or not isinstance(older_than_seconds, int):
-            raise TypeError(f"older_than_seconds must be an integer, got {type(older_than_seconds).__name__}")
+        if isinstance(older_than_seconds, bool) or not isinstance(
+            older_than_seconds, int
+        ):
+            raise TypeError(
+                f"older_than_seconds must be an integer, got {type(older_than_seconds).__name__}"
+            )
         if older_than_seconds < 0:
-            raise ValueError(f"older_than_seconds must not be negative, got {older_than_seconds}")
+            raise ValueError(
+                f"older_than_seconds must not be negative, got {older_than_seconds}"
+            )
         return self._write(None, lambda tx: self.prune_tx(tx, older_than_seconds))
 
     def prune_tx(self, tx: Tx, older_than_seconds: int) -> Pruned:
@@ -1157,13 +1398,19 @@ class Store:
             rows = tx.execute(
                 "SELECT event_id, payload FROM messages "
                 "WHERE state = 'done' AND payload_sha256 IS NULL AND done_at IS NOT NULL AND done_at <= ? "
-                "ORDER BY event_id LIMIT ?", (cutoff, _PRUNE_CHUNK)).fetchall()
+                "ORDER BY event_id LIMIT ?",
+                (cutoff, _PRUNE_CHUNK),
+            ).fetchall()
             if not rows:
                 break
-            tx.conn.executemany("UPDATE messages SET payload = '{}', payload_sha256 = ? WHERE event_id = ?",
-                                [(payload_digest(payload), event_id) for event_id, payload in rows])
+            tx.conn.executemany(
+                "UPDATE messages SET payload = '{}', payload_sha256 = ? WHERE event_id = ?",
+                [(payload_digest(payload), event_id) for event_id, payload in rows],
+            )
             pruned += len(rows)
-        unknown = tx.execute("SELECT count(*) FROM messages WHERE state = 'done' AND done_at IS NULL").fetchone()[0]
+        unknown = tx.execute(
+            "SELECT count(*) FROM messages WHERE state = 'done' AND done_at IS NULL"
+        ).fetchone()[0]
         return Pruned(pruned=pruned, unknown_age=int(unknown))
 
     def message(self, event_id: str) -> Message:
@@ -1180,7 +1427,9 @@ class Store:
         sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages"
         sql += " WHERE state = ? ORDER BY event_id" if state else " ORDER BY event_id"
         params = (state,) if state else ()
-        return self.read(lambda view: [_message(row) for row in view.execute(sql, params)])
+        return self.read(
+            lambda view: [_message(row) for row in view.execute(sql, params)]
+        )
 
     def dead_letters(self) -> list[Message]:
         """The dead-letter queue: messages with ``state = 'dead'``."""
@@ -1202,8 +1451,10 @@ _PRUNE_CHUNK = 1_000
 # SQLite's 32,766-variable limit and PostgreSQL's 65,535.
 _INSERT_ROWS = 250
 
-_MESSAGE_COLUMNS = ("event_id, payload, state, attempts, generation, available_at, lease_until, last_error, "
-                    "last_detail, enqueued_at, done_at, expired_leases, payload_sha256 IS NOT NULL")
+_MESSAGE_COLUMNS = (
+    "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, "
+    "last_detail, enqueued_at, done_at, expired_leases, payload_sha256 IS NOT NULL"
+)
 
 
 def _message(row: Sequence[Any]) -> Message:
@@ -1214,7 +1465,10 @@ def _message(row: Sequence[Any]) -> Message:
 
 def _fetch_message(tx: Tx, event_id: str, *, lock: bool = False) -> Message | None:
     suffix = _ROW_LOCK[tx.engine]["message"] if lock else ""
-    row = tx.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE event_id = ?{suffix}", (event_id,)).fetchone()
+    row = tx.execute(
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE event_id = ?{suffix}",
+        (event_id,),
+    ).fetchone()
     return None if row is None else _message(row)
 
 
@@ -1242,9 +1496,13 @@ def payload_digest(canonical: str) -> str:
 
 def _check_lease_seconds(lease_seconds: object) -> None:
     if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int):
-        raise TypeError(f"lease_seconds must be an integer of seconds, got {type(lease_seconds).__name__}")
+        raise TypeError(
+            f"lease_seconds must be an integer of seconds, got {type(lease_seconds).__name__}"
+        )
     if not 1 <= lease_seconds <= MAX_LEASE_SECONDS:
-        raise ValueError(f"lease_seconds must be 1..{MAX_LEASE_SECONDS}, got {lease_seconds}")
+        raise ValueError(
+            f"lease_seconds must be 1..{MAX_LEASE_SECONDS}, got {lease_seconds}"
+        )
 
 
 def _check_count(count: object) -> None:
@@ -1256,8 +1514,12 @@ def _check_count(count: object) -> None:
 
 def _check_lease(lease: object) -> None:
     if not isinstance(lease, Lease):
-        hint = " (claim() returned None: nothing was available)" if lease is None else ""
-        raise TypeError(f"expected a Lease from claim(), got {type(lease).__name__}{hint}")
+        hint = (
+            " (claim() returned None: nothing was available)" if lease is None else ""
+        )
+        raise TypeError(
+            f"expected a Lease from claim(), got {type(lease).__name__}{hint}"
+        )
 
 
 def _check_code(code: object, detail: object) -> None:

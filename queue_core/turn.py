@@ -38,7 +38,8 @@ from .errors import StorageError
 class _Turn:
     lock: threading.RLock = field(default_factory=threading.RLock)
     depth: int = 0  # how deeply the owning thread holds the turn
-    fd: int = -1  # the lock file while the turn is held; -1 when no lock file can be made
+    # the lock file while the turn is held; -1 when no lock file can be made
+    fd: int = -1
 
 
 _turns: dict[str, _Turn] = {}
@@ -54,12 +55,14 @@ def _forget_after_fork() -> None:
     for turn in _turns.values():
         if turn.fd >= 0:
             os.close(turn.fd)
-            turn.fd = -1  # a with-block the child leaves must not close the number again
+            # a with-block the child leaves must not close the number again
+            turn.fd = -1
     for fd in _waiting:
         os.close(fd)
     _turns.clear()
     _waiting.clear()
-    _registry = threading.Lock()  # it may have been held by a thread that the child does not have
+    # it may have been held by a thread that the child does not have
+    _registry = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -78,14 +81,20 @@ def writer_turn(database: Path, *, wait_seconds: float) -> Iterator[None]:
     with _registry:
         turn = _turns.setdefault(name, _Turn())
     if not turn.lock.acquire(timeout=wait_seconds):
-        raise StorageError(f"{database}: another thread of this process holds the write turn "
-                           f"(waited {wait_seconds:g} s)", code="database_busy")
+        raise StorageError(
+            f"{database}: another thread of this process holds the write turn "
+            f"(waited {wait_seconds:g} s)",
+            code="database_busy",
+        )
     try:
         if turn.depth == 0:
             fd = _lock(name, max(0.0, deadline - time.monotonic()))
             if fd == _TAKEN:
-                raise StorageError(f"{database}: another process holds the write turn "
-                                   f"(waited {wait_seconds:g} s)", code="database_busy")
+                raise StorageError(
+                    f"{database}: another process holds the write turn "
+                    f"(waited {wait_seconds:g} s)",
+                    code="database_busy",
+                )
             turn.fd = fd
         turn.depth += 1  # only once the turn is really held
         try:
@@ -93,7 +102,8 @@ def writer_turn(database: Path, *, wait_seconds: float) -> Iterator[None]:
         finally:
             turn.depth -= 1
             if turn.depth == 0 and turn.fd >= 0:
-                os.close(turn.fd)  # gives the turn back (flock belongs to the open file)
+                # gives the turn back (flock belongs to the open file)
+                os.close(turn.fd)
                 turn.fd = -1
     finally:
         turn.lock.release()
@@ -109,7 +119,8 @@ def _lock(name: str, wait_seconds: float) -> int:
     except OSError:
         return -1  # e.g. a read-only folder: no turns
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the usual case, no waiting
+        # free: the usual case, no waiting
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return fd
     except BlockingIOError:
         pass
@@ -137,7 +148,9 @@ def _wait_in_queue(fd: int, wait_seconds: float) -> bool:
     wait = _Wait()
     with _registry:
         _waiting.add(fd)
-    threading.Thread(target=_queue, args=(fd, wait), name="queue_core writer turn", daemon=True).start()
+    threading.Thread(
+        target=_queue, args=(fd, wait), name="queue_core writer turn", daemon=True
+    ).start()
     interrupted = True
     try:
         wait.done.wait(wait_seconds)
@@ -151,7 +164,8 @@ def _wait_in_queue(fd: int, wait_seconds: float) -> bool:
             with _registry:
                 _waiting.discard(fd)
             if interrupted or wait.error is not None:
-                os.close(fd)  # e.g. KeyboardInterrupt just as the turn came: give it back
+                # e.g. KeyboardInterrupt just as the turn came: give it back
+                os.close(fd)
     if wait.error is not None:
         raise wait.error
     return got

@@ -38,7 +38,12 @@ R = TypeVar("R")
 
 # How long a worker keeps its turn to write before a waiting worker gets in.
 TURN_SLICE_SECONDS = 0.05
-_COUNTER = {Outcome.DONE: "done", Outcome.RETRY: "retried", Outcome.DEAD: "dead", Outcome.LEASE_LOST: "lease_lost"}
+_COUNTER = {
+    Outcome.DONE: "done",
+    Outcome.RETRY: "retried",
+    Outcome.DEAD: "dead",
+    Outcome.LEASE_LOST: "lease_lost",
+}
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,9 @@ class LongHandler(Generic[R]):
     def __post_init__(self) -> None:
         for step in ("prepare", "write"):
             if not callable(getattr(self, step)):
-                raise TypeError(f"LongHandler.{step} must be callable, got {type(getattr(self, step)).__name__}")
+                raise TypeError(
+                    f"LongHandler.{step} must be callable, got {type(getattr(self, step)).__name__}"
+                )
 
 
 def work(
@@ -117,22 +124,42 @@ def work(
     every = 0.0  # a LongHandler's heartbeat interval
     if isinstance(handler, LongHandler):
         if batch != 1:
-            raise ValueError(f"a LongHandler takes one message at a time: batch must be 1, got {batch!r}")
+            raise ValueError(
+                f"a LongHandler takes one message at a time: batch must be 1, got {batch!r}"
+            )
         _check_lease_seconds(lease_seconds)
         every = lease_seconds / 4 if heartbeat_every is None else heartbeat_every
-        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < lease_seconds:
-            raise ValueError(f"heartbeat_every must be a number of seconds above 0 and below "
-                             f"lease_seconds ({lease_seconds}), got {heartbeat_every!r}")
+        if (
+            isinstance(every, bool)
+            or not isinstance(every, (int, float))
+            or not 0 < every < lease_seconds
+        ):
+            raise ValueError(
+                f"heartbeat_every must be a number of seconds above 0 and below "
+                f"lease_seconds ({lease_seconds}), got {heartbeat_every!r}"
+            )
     elif heartbeat_every is not None:
-        raise ValueError("heartbeat_every needs a LongHandler: a plain handler runs inside the completion's "
-                         "transaction, where no extension can commit")
+        raise ValueError(
+            "heartbeat_every needs a LongHandler: a plain handler runs inside the completion's "
+            "transaction, where no extension can commit"
+        )
     elif not callable(handler):
-        raise TypeError(f"handler must be callable as handler(tx, message), got {type(handler).__name__}")
-    if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)):
-        raise TypeError(f"max_messages must be an integer or None, got {type(max_messages).__name__}")
+        raise TypeError(
+            f"handler must be callable as handler(tx, message), got {type(handler).__name__}"
+        )
+    if max_messages is not None and (
+        isinstance(max_messages, bool) or not isinstance(max_messages, int)
+    ):
+        raise TypeError(
+            f"max_messages must be an integer or None, got {type(max_messages).__name__}"
+        )
     if max_messages is not None and max_messages < 0:
         raise ValueError("max_messages must not be negative")
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+    if (
+        isinstance(batch, bool)
+        or not isinstance(batch, int)
+        or not 1 <= batch <= MAX_BATCH
+    ):
         raise ValueError(f"batch must be an integer 1..{MAX_BATCH}, got {batch!r}")
     counts = {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0}
     more = True
@@ -151,7 +178,11 @@ def work(
         with store.writer_turn():
             slice_ends = time.monotonic() + TURN_SLICE_SECONDS
             while max_messages is None or counts["claimed"] < max_messages:
-                wanted = batch if max_messages is None else min(batch, max_messages - counts["claimed"])
+                wanted = (
+                    batch
+                    if max_messages is None
+                    else min(batch, max_messages - counts["claimed"])
+                )
                 outcomes = _step(store, handler, lease_seconds, wanted)
                 if not outcomes:
                     more = False
@@ -162,15 +193,23 @@ def work(
                 if time.monotonic() >= slice_ends:
                     break
         if progress is not None:
-            progress(WorkSummary(**counts))  # outside the turn: a slow display never holds the writers
+            # outside the turn: a slow display never holds the writers
+            progress(WorkSummary(**counts))
     return WorkSummary(**counts)
 
 
-def _step(store: Store, handler: Handler, lease_seconds: int, wanted: int) -> list[Outcome]:
+def _step(
+    store: Store, handler: Handler, lease_seconds: int, wanted: int
+) -> list[Outcome]:
     """Claim and complete up to ``wanted`` messages; their outcomes (empty: nothing available)."""
-    if wanted > 1:  # the batched path: one transaction to claim them, one to complete them
+    # the batched path: one transaction to claim them, one to complete them
+    if wanted > 1:
         leases = store.claim_many(wanted, lease_seconds)
-        return [completion.outcome for completion in store.complete_many(leases, handler)] if leases else []
+        return (
+            [completion.outcome for completion in store.complete_many(leases, handler)]
+            if leases
+            else []
+        )
     lease = store.claim(lease_seconds)
     if lease is None:
         return []
@@ -181,14 +220,17 @@ def _step(store: Store, handler: Handler, lease_seconds: int, wanted: int) -> li
         return [Outcome.LEASE_LOST]
 
 
-def _long_step(store: Store, handler: LongHandler[R], lease_seconds: int, every: float) -> Outcome | None:
+def _long_step(
+    store: Store, handler: LongHandler[R], lease_seconds: int, every: float
+) -> Outcome | None:
     """Claim one message, prepare it under a heartbeat, then complete it (``None``: nothing available)."""
 
     def claim_and_read(tx: Tx) -> tuple[Lease, Message] | None:
         lease = store.claim_tx(tx, lease_seconds)
         return None if lease is None else (lease, store.leased_tx(tx, lease))
 
-    claimed = store.write(claim_and_read)  # one transaction: the lease and the payload it covers
+    # one transaction: the lease and the payload it covers
+    claimed = store.write(claim_and_read)
     if claimed is None:
         return None
     lease, message = claimed
@@ -201,9 +243,12 @@ def _long_step(store: Store, handler: LongHandler[R], lease_seconds: int, every:
     except Exception as exc:
         return _refuse(store, beat.lease, exc)
     if beat.lost is not None:
-        return Outcome.LEASE_LOST  # another worker may own the message now: the result must not be written
+        # another worker may own the message now: the result must not be written
+        return Outcome.LEASE_LOST
     try:
-        return store.complete(beat.lease, lambda tx, leased: handler.write(tx, leased, result)).outcome
+        return store.complete(
+            beat.lease, lambda tx, leased: handler.write(tx, leased, result)
+        ).outcome
     except LeaseLost:
         return Outcome.LEASE_LOST
 

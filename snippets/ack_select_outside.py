@@ -18,16 +18,22 @@ from pathlib import Path
 
 CHOOSE = "SELECT event_id FROM messages WHERE state = 'ready' ORDER BY event_id LIMIT 1"
 TAKE = "UPDATE messages SET state = 'leased', owner = ? WHERE event_id = ?"
-EFFECT = "INSERT INTO effects SELECT event_id, amount_cents FROM messages WHERE event_id = ?"
+EFFECT = (
+    "INSERT INTO effects SELECT event_id, amount_cents FROM messages WHERE event_id = ?"
+)
 ACK = "UPDATE messages SET state = 'done' WHERE event_id = ?"
 
 
 def new_queue(path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INT, state TEXT, owner TEXT)")
+    conn.execute(
+        "CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INT, state TEXT, owner TEXT)"
+    )
     conn.execute("CREATE TABLE effects (event_id TEXT, amount_cents INT)")
-    conn.execute("INSERT INTO messages VALUES ('E0001', 10000, 'ready', NULL), ('E0002', 2000, 'ready', NULL)")
+    conn.execute(
+        "INSERT INTO messages VALUES ('E0001', 10000, 'ready', NULL), ('E0002', 2000, 'ready', NULL)"
+    )
     conn.close()
 
 
@@ -35,23 +41,33 @@ with tempfile.TemporaryDirectory() as tmp:
     print("1. SELECT outside the write transaction (Python's default)")
     db = Path(tmp) / "one.sqlite3"
     new_queue(db)
-    a, b = sqlite3.connect(db), sqlite3.connect(db)  # default isolation_level: deferred, implicit
+    # default isolation_level: deferred, implicit
+    a, b = sqlite3.connect(db), sqlite3.connect(db)
     chosen_a = a.execute(CHOOSE).fetchone()[0]  # no transaction is open yet
     chosen_b = b.execute(CHOOSE).fetchone()[0]
     a.execute(TAKE, ("A", chosen_a))
     a.commit()
-    b.execute(TAKE, ("B", chosen_b))  # nothing stops B: its UPDATE does not look at the state
+    # nothing stops B: its UPDATE does not look at the state
+    b.execute(TAKE, ("B", chosen_b))
     b.commit()
-    owner = a.execute("SELECT owner FROM messages WHERE event_id = ?", (chosen_a,)).fetchone()[0]
-    print(f"   A took {chosen_a}, B took {chosen_b}; both committed; the row names {owner} as owner,")
-    print("   but A believes it holds the message too. Each worker now writes its effect:")
+    owner = a.execute(
+        "SELECT owner FROM messages WHERE event_id = ?", (chosen_a,)
+    ).fetchone()[0]
+    print(
+        f"   A took {chosen_a}, B took {chosen_b}; both committed; the row names {owner} as owner,"
+    )
+    print(
+        "   but A believes it holds the message too. Each worker now writes its effect:"
+    )
     for worker, event_id in ((a, chosen_a), (b, chosen_b)):
         worker.execute(EFFECT, (event_id,))
         worker.execute(ACK, (event_id,))
-        worker.commit()  # effect and ACK in one transaction: that does not save a wrong claim
+        # effect and ACK in one transaction: that does not save a wrong claim
+        worker.commit()
     sale, total = a.execute(
         "SELECT amount_cents, (SELECT sum(amount_cents) FROM effects) FROM messages WHERE event_id = ?",
-        (chosen_a,)).fetchone()
+        (chosen_a,),
+    ).fetchone()
     print(f"   effects total {total} for one sale of {sale}")
     a.close()
     b.close()
@@ -63,7 +79,8 @@ with tempfile.TemporaryDirectory() as tmp:
     b = sqlite3.connect(db, isolation_level=None, timeout=2.0)
     a.execute("BEGIN")
     b.execute("BEGIN")
-    chosen_a = a.execute(CHOOSE).fetchone()[0]  # both read transactions see the same snapshot
+    # both read transactions see the same snapshot
+    chosen_a = a.execute(CHOOSE).fetchone()[0]
     chosen_b = b.execute(CHOOSE).fetchone()[0]
     a.execute(TAKE, ("A", chosen_a))
     a.execute("COMMIT")
@@ -74,9 +91,15 @@ with tempfile.TemporaryDirectory() as tmp:
         waited = time.monotonic() - started
         print(f"   A took {chosen_a}; B chose {chosen_b} too, and its UPDATE failed:")
         print(f"   {exc} ({exc.sqlite_errorname}),")
-        when = "at once, without waiting out its 2 s busy timeout" if waited < 1.0 else "after its busy timeout"
+        when = (
+            "at once, without waiting out its 2 s busy timeout"
+            if waited < 1.0
+            else "after its busy timeout"
+        )
         print(f"   {when}: B's snapshot is older")
-        print("   than A's commit, so waiting cannot help; B must roll back and start over")
+        print(
+            "   than A's commit, so waiting cannot help; B must roll back and start over"
+        )
         b.execute("ROLLBACK")
     a.close()
     b.close()
@@ -85,7 +108,8 @@ with tempfile.TemporaryDirectory() as tmp:
     db = Path(tmp) / "three.sqlite3"
     new_queue(db)
     a = sqlite3.connect(db, isolation_level=None, timeout=2.0)
-    b = sqlite3.connect(db, isolation_level=None, timeout=0)  # zero: show where B would wait
+    # zero: show where B would wait
+    b = sqlite3.connect(db, isolation_level=None, timeout=0)
     a.execute("BEGIN IMMEDIATE")
     try:
         b.execute("BEGIN IMMEDIATE")

@@ -39,7 +39,11 @@ conn.commit()
 
 
 def naive(folder: Path, order: str) -> tuple[int, str, int, str, int]:
-    db = folder / ("naive-effect-first.sqlite3" if order.startswith("effect") else "naive-ack-first.sqlite3")
+    db = folder / (
+        "naive-effect-first.sqlite3"
+        if order.startswith("effect")
+        else "naive-ack-first.sqlite3"
+    )
     conn = sqlite3.connect(db)
     conn.executescript("""
         CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER, state TEXT);
@@ -50,13 +54,19 @@ def naive(folder: Path, order: str) -> tuple[int, str, int, str, int]:
 
     def look() -> tuple[str, int]:
         state = conn.execute("SELECT state FROM messages").fetchone()[0]
-        total = conn.execute("SELECT coalesce(sum(amount_cents), 0) FROM effects").fetchone()[0]
+        total = conn.execute(
+            "SELECT coalesce(sum(amount_cents), 0) FROM effects"
+        ).fetchone()[0]
         return state, total
 
-    status = subprocess.run([sys.executable, "-c", WORKER, str(db), order, "crash"]).returncode
+    status = subprocess.run(
+        [sys.executable, "-c", WORKER, str(db), order, "crash"]
+    ).returncode
     state_after_crash, total_after_crash = look()
     if state_after_crash != "done":  # not acknowledged: the message is delivered again
-        subprocess.run([sys.executable, "-c", WORKER, str(db), order, "no-crash"], check=True)
+        subprocess.run(
+            [sys.executable, "-c", WORKER, str(db), order, "no-crash"], check=True
+        )
     final_state, final_total = look()
     conn.close()
     return status, state_after_crash, total_after_crash, final_state, final_total
@@ -67,13 +77,27 @@ def one_transaction(folder: Path) -> tuple[int, str, int, str, int]:
     clock = ModelClock(1000)
     store = Store(db, clock=clock)
     ledger.install(store)  # the reference application's effects table
-    store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": %d}}' % SALE)
+    store.enqueue(
+        '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": %d}}'
+        % SALE
+    )
     lease = store.claim(lease_seconds=2)
-    status = run_crashing_completion(db, lease, now=clock.now())  # dies after the handler's INSERT
-    state_after_crash, total_after_crash = store.message("E0001").state, ledger.report(store).total_cents
+    # dies after the handler's INSERT
+    status = run_crashing_completion(db, lease, now=clock.now())
+    state_after_crash, total_after_crash = (
+        store.message("E0001").state,
+        ledger.report(store).total_cents,
+    )
     clock.set(lease.lease_until)  # the dead worker's lease runs out...
-    store.complete(store.claim(lease_seconds=2), Handler())  # ...and the message is handed out again
-    return status, state_after_crash, total_after_crash, store.message("E0001").state, ledger.report(store).total_cents
+    # ...and the message is handed out again
+    store.complete(store.claim(lease_seconds=2), Handler())
+    return (
+        status,
+        state_after_crash,
+        total_after_crash,
+        store.message("E0001").state,
+        ledger.report(store).total_cents,
+    )
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +108,13 @@ with tempfile.TemporaryDirectory() as tmp:
         ("queue_core, one transaction", *one_transaction(folder)),
     ]
 
-print(f"{'worker':<27} {'exit':>4}  {'after the crash':<15}  {'redelivered':<13}   verdict")
+print(
+    f"{'worker':<27} {'exit':>4}  {'after the crash':<15}  {'redelivered':<13}   verdict"
+)
 for order, status, state1, total1, state2, total2 in rows:
-    verdict = {SALE: "counted once", 2 * SALE: "DOUBLED", 0: "LOST"}.get(total2, "wrong")
-    print(f"{order:<27} {status:>4}  {state1:<6} {total1:>6}    {state2:<6} {total2:>6}   {verdict}")
+    verdict = {SALE: "counted once", 2 * SALE: "DOUBLED", 0: "LOST"}.get(
+        total2, "wrong"
+    )
+    print(
+        f"{order:<27} {status:>4}  {state1:<6} {total1:>6}    {state2:<6} {total2:>6}   {verdict}"
+    )

@@ -40,9 +40,12 @@ def wal_summary(db: Path) -> str:
     page_size, salt = struct.unpack(">I", data[8:12])[0], data[16:24]
     frames = commits = 0
     offset = 32  # the WAL header; then frames of a 24-byte header and one page each
-    while offset + 24 + page_size <= len(data) and data[offset + 8:offset + 16] == salt:
+    while (
+        offset + 24 + page_size <= len(data) and data[offset + 8 : offset + 16] == salt
+    ):
         frames += 1
-        commits += struct.unpack(">I", data[offset + 4:offset + 8])[0] != 0  # db size: set on commit frames
+        # db size: set on commit frames
+        commits += struct.unpack(">I", data[offset + 4 : offset + 8])[0] != 0
         offset += 24 + page_size
     return f"WAL file: {frames} frames; commit records: {commits}"
 
@@ -62,21 +65,31 @@ def story(point: str) -> None:
 
         def show(store: Store, step: str) -> None:
             m = store.message("E0003")
-            effects = ", ".join(f"{e} {c} {a}" for e, c, a in ledger.effects(store)) or "none"
+            effects = (
+                ", ".join(f"{e} {c} {a}" for e, c, a in ledger.effects(store)) or "none"
+            )
             print(f"  t={clock.now()} {step}")
-            print(f"         E0003 {m.state}, generation {m.generation}, lease_until {m.lease_until}; "
-                  f"effects: {effects}")
+            print(
+                f"         E0003 {m.state}, generation {m.generation}, lease_until {m.lease_until}; "
+                f"effects: {effects}"
+            )
 
         with Store(db, clock=clock) as store:  # closed before the child runs
             ledger.install(store)  # the reference application's effects table
-            store.enqueue('{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}')
+            store.enqueue(
+                '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}'
+            )
             lease = store.claim(lease_seconds=2)
             show(store, f"claimed (generation {lease.generation}), committed")
         before = hashlib.sha256(db.read_bytes()).digest()
-        status = run_crashing_completion(db, lease, now=clock.now(), point=point, how=HOW)
+        status = run_crashing_completion(
+            db, lease, now=clock.now(), point=point, how=HOW
+        )
         print(f"  the child process died at {point}: exit status {status}")
         print(f"  {wal_summary(db)}")  # read before any connection touches the file
-        print(f"  queue.sqlite3 unchanged by the child: {hashlib.sha256(db.read_bytes()).digest() == before}")
+        print(
+            f"  queue.sqlite3 unchanged by the child: {hashlib.sha256(db.read_bytes()).digest() == before}"
+        )
         print(f"  PRAGMA integrity_check: {integrity(db)}")
         with Store(db, clock=clock) as store:
             show(store, "right after the crash")
@@ -86,7 +99,10 @@ def story(point: str) -> None:
                 show(store, "the next claim: nothing to redo")
                 return
             outcome = store.complete(again, Handler()).outcome.value
-            show(store, f"claimed again (generation {again.generation}), completed: {outcome}")
+            show(
+                store,
+                f"claimed again (generation {again.generation}), completed: {outcome}",
+            )
 
 
 print("1. crash between INSERT and COMMIT")

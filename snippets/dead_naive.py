@@ -54,19 +54,29 @@ while True:
 
 def naive_queue(path: Path) -> None:
     conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE messages (event_id TEXT PRIMARY KEY, payload TEXT, state TEXT)")
+    conn.execute(
+        "CREATE TABLE messages (event_id TEXT PRIMARY KEY, payload TEXT, state TEXT)"
+    )
     conn.execute("CREATE TABLE effects (event_id TEXT, amount_cents INT)")
-    conn.executemany("INSERT INTO messages VALUES (?, ?, 'ready')",
-                     [(e["event_id"], json.dumps(e["payload"])) for e in EVENTS])
+    conn.executemany(
+        "INSERT INTO messages VALUES (?, ?, 'ready')",
+        [(e["event_id"], json.dumps(e["payload"])) for e in EVENTS],
+    )
     conn.commit()
     conn.close()
 
 
 def report(path: Path) -> tuple[str, int]:
     conn = sqlite3.connect(path)
-    states = " ".join(f"{event_id}={state}" for event_id, state in conn.execute(
-        "SELECT event_id, state FROM messages ORDER BY event_id"))
-    total = conn.execute("SELECT coalesce(sum(amount_cents), 0) FROM effects").fetchone()[0]
+    states = " ".join(
+        f"{event_id}={state}"
+        for event_id, state in conn.execute(
+            "SELECT event_id, state FROM messages ORDER BY event_id"
+        )
+    )
+    total = conn.execute(
+        "SELECT coalesce(sum(amount_cents), 0) FROM effects"
+    ).fetchone()[0]
     conn.close()
     return states, total
 
@@ -79,10 +89,16 @@ with tempfile.TemporaryDirectory() as tmp:
     naive_queue(db)
     print("naive worker 1 (an unexpected payload raises):")
     for run in ("first run", "after a restart"):
-        result = subprocess.run([sys.executable, "-c", NAIVE_WORKER, str(db), "stop"],
-                                capture_output=True, text=True)
-        error = result.stderr.strip().splitlines()[-1].split(":")[0]  # the exception's name
-        print(f"  {run}: exit {result.returncode}, {error} on E0002's category (a list is unhashable)")
+        result = subprocess.run(
+            [sys.executable, "-c", NAIVE_WORKER, str(db), "stop"],
+            capture_output=True,
+            text=True,
+        )
+        # the exception's name
+        error = result.stderr.strip().splitlines()[-1].split(":")[0]
+        print(
+            f"  {run}: exit {result.returncode}, {error} on E0002's category (a list is unhashable)"
+        )
     states, total = report(db)
     print(f"  {states}; total {total}")
     print("  the queue is stuck behind E0002")
@@ -93,7 +109,9 @@ with tempfile.TemporaryDirectory() as tmp:
     result = subprocess.run([sys.executable, "-c", NAIVE_WORKER, str(db), "skip"])
     states, total = report(db)
     print(f"  exit {result.returncode}; {states}; total {total}")
-    print(f"  {sent - total} cents marked done and never counted; nothing says which or why")
+    print(
+        f"  {sent - total} cents marked done and never counted; nothing says which or why"
+    )
 
     print("queue_core:")
     store = Store(Path(tmp) / "queue.sqlite3", clock=ModelClock(1000))
@@ -104,4 +122,6 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"  dead: {m.event_id} attempts={m.attempts} last_error={m.last_error}")
         print(f"        payload as stored: {m.payload}")
     held = sum(m.payload_object["amount_cents"] for m in store.dead_letters())
-    print(f"  total {ledger.report(store).total_cents}; the dead letters keep the other {held} cents")
+    print(
+        f"  total {ledger.report(store).total_cents}; the dead letters keep the other {held} cents"
+    )

@@ -23,11 +23,15 @@ with tempfile.TemporaryDirectory() as tmp:
         '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
         '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
     )
-    print(f"{'step':<34} {'state':<6} {'attempts':>8} {'generation':>10} {'available_at':>12}")
+    print(
+        f"{'step':<34} {'state':<6} {'attempts':>8} {'generation':>10} {'available_at':>12}"
+    )
 
     def show(step: str) -> None:
         m = store.message("E0004")
-        print(f"{step:<34} {m.state:<6} {m.attempts:>8} {m.generation:>10} {m.available_at:>12}")
+        print(
+            f"{step:<34} {m.state:<6} {m.attempts:>8} {m.generation:>10} {m.available_at:>12}"
+        )
 
     def claim_and_complete(handler: Handler) -> str:
         lease = store.claim(lease_seconds=2)
@@ -52,6 +56,8 @@ with tempfile.TemporaryDirectory() as tmp:
     at(1600)
     store.redrive(["E0004"])
     show("redrive E0004 again")
-    show(f"claim + handler knows toy: {claim_and_complete(Handler.with_categories({'toy'}))}")
+    show(
+        f"claim + handler knows toy: {claim_and_complete(Handler.with_categories({'toy'}))}"
+    )
     print(f"last_error of E0004 now: {store.message('E0004').last_error}")
     print(f"effects: {ledger.effects(store)}")

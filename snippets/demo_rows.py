@@ -20,11 +20,16 @@ with tempfile.TemporaryDirectory() as folder:
 
     print("event_id  state  attempts  generation  last_error")
     for m in store.messages():
-        print(f"{m.event_id:<9} {m.state:<6} {m.attempts:>8}  {m.generation:>10}  "
-              f"{m.last_error or '-'}")
+        print(
+            f"{m.event_id:<9} {m.state:<6} {m.attempts:>8}  {m.generation:>10}  "
+            f"{m.last_error or '-'}"
+        )
     print()
     print("event_id  category  amount_cents")
     for event_id, category, amount_cents in ledger.effects(store):
         print(f"{event_id:<9} {category:<9} {amount_cents:>12}")
     print()
-    print("matches the last snapshot:", ledger.report(store) == result.snapshots["after_redrive"])
+    print(
+        "matches the last snapshot:",
+        ledger.report(store) == result.snapshots["after_redrive"],
+    )

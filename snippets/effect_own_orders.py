@@ -42,29 +42,39 @@ INSERT = "INSERT INTO orders (event_id, customer, sku, quantity) VALUES (?, ?, ?
 def place_order(tx, message):
     """A handler: the order of one message, written through the completion's transaction."""
     order = message.payload_object  # the payload as stored, read inside the transaction
-    tx.execute(INSERT, (message.event_id, order["customer"], order["sku"], order["quantity"]))
+    tx.execute(
+        INSERT, (message.event_id, order["customer"], order["sku"], order["quantity"])
+    )
 
 
 with tempfile.TemporaryDirectory() as folder:
     clock = ModelClock(1000)
     store = Store(Path(folder) / "queue.sqlite3", clock=clock)
-    with store.transaction() as tx:  # your table, your schema: the queue's schema never mentions it
+    # your table, your schema: the queue's schema never mentions it
+    with store.transaction() as tx:
         tx.execute(ORDERS)
     store.enqueue(BATCH)
 
     # 1. The handler form: one call, one transaction.
     lease = store.claim(lease_seconds=30)
     completion = store.complete(lease, place_order)
-    print(f"1. store.complete(lease, place_order)      {lease.event_id}: {completion.outcome.value}")
+    print(
+        f"1. store.complete(lease, place_order)      {lease.event_id}: {completion.outcome.value}"
+    )
 
     # 2. The explicit form: your SQL between the fenced check and the ACK.
     lease = store.claim(lease_seconds=30)
     with store.transaction() as tx:
         message = store.leased_tx(tx, lease)
         order = message.payload_object
-        tx.execute(INSERT, (message.event_id, order["customer"], order["sku"], order["quantity"]))
+        tx.execute(
+            INSERT,
+            (message.event_id, order["customer"], order["sku"], order["quantity"]),
+        )
         completion = store.complete_tx(tx, lease)
-    print(f"2. leased_tx, your INSERT, complete_tx     {lease.event_id}: {completion.outcome.value}")
+    print(
+        f"2. leased_tx, your INSERT, complete_tx     {lease.event_id}: {completion.outcome.value}"
+    )
 
     # 3. The explicit form, too slow: the re-check refuses, the order rolls back.
     lease = store.claim(lease_seconds=30)
@@ -76,15 +86,25 @@ with tempfile.TemporaryDirectory() as folder:
             store.complete_tx(tx, lease)
     except LeaseLost as exc:
         print(f"3. too slow: LeaseLost ({exc})")
-    print(f"   orders of {lease.event_id} after the rollback:",
-          store.read(lambda view: view.execute(
-              "SELECT count(*) FROM orders WHERE event_id = ?", (lease.event_id,)).fetchone()[0]))
+    print(
+        f"   orders of {lease.event_id} after the rollback:",
+        store.read(
+            lambda view: view.execute(
+                "SELECT count(*) FROM orders WHERE event_id = ?", (lease.event_id,)
+            ).fetchone()[0]
+        ),
+    )
     again = store.claim(lease_seconds=30)
-    print(f"   claimed again (generation {again.generation}):"
-          f" {store.complete(again, place_order).outcome.value}")
+    print(
+        f"   claimed again (generation {again.generation}):"
+        f" {store.complete(again, place_order).outcome.value}"
+    )
 
     print()
     for event_id, customer, sku, quantity in store.read(
-            lambda view: view.execute("SELECT * FROM orders ORDER BY event_id").fetchall()):
-        print(f"order {event_id}: {customer} {sku} x{quantity}, message {store.message(event_id).state}")
+        lambda view: view.execute("SELECT * FROM orders ORDER BY event_id").fetchall()
+    ):
+        print(
+            f"order {event_id}: {customer} {sku} x{quantity}, message {store.message(event_id).state}"
+        )
     print("queue:", store.status().to_dict())

@@ -16,18 +16,21 @@ first = (
     + b'{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\r\n'
     + b"   \r\n"  # blank: ignored, but still counted as line 2
     + '{"event_id": "E0002", "payload": {"note": "one\u2028line", "amount_cents": 2000, "category": "pen"}}\r\n'.encode()
-    + b'{"payload": {"amount_cents": 10000, "category": "book"}, "event_id": "E0001"}\r\n'  # same event, other key order
+    # same event, other key order
+    + b'{"payload": {"amount_cents": 10000, "category": "book"}, "event_id": "E0001"}\r\n'
 )
 second = (
     b'{"event_id": "E0009", "payload": {"category": "bag", "amount_cents": 900}}\n'
-    b'{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000.0}}\n'  # 10000.0 is not 10000
+    # 10000.0 is not 10000
+    b'{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000.0}}\n'
 )
 
 with tempfile.TemporaryDirectory() as folder:
     store = Store(Path(folder) / "queue.sqlite3", clock=ModelClock(1000))
     print("first batch: ", store.enqueue(first))
     for message in store.messages():
-        print(f"  stored {message.event_id}: {ascii(message.payload)}")  # ascii(): shows U+2028 as \u2028
+        # ascii(): shows U+2028 as \u2028
+        print(f"  stored {message.event_id}: {ascii(message.payload)}")
     try:
         store.enqueue(second)
     except BatchRejected as exc:

@@ -26,9 +26,12 @@ EVENTS = {
     "E0001": {"category": "book", "amount_cents": 10000},
     "E0002": {"category": "pen", "amount_cents": 2000},
     "E0003": {"category": "book", "amount_cents": 5000},
-    "E0004": {"category": "toy", "amount_cents": 3000},  # this handler refuses toys: dead
+    # this handler refuses toys: dead
+    "E0004": {"category": "toy", "amount_cents": 3000},
 }
-BATCH = "".join(json.dumps({"event_id": e, "payload": p}) + "\n" for e, p in EVENTS.items())
+BATCH = "".join(
+    json.dumps({"event_id": e, "payload": p}) + "\n" for e, p in EVENTS.items()
+)
 
 with tempfile.TemporaryDirectory() as folder:
     db = Path(folder) / "queue.sqlite3"
@@ -36,25 +39,41 @@ with tempfile.TemporaryDirectory() as folder:
     ledger.install(store)  # the reference application's effects table
     store.enqueue(BATCH)
     lease = store.claim(lease_seconds=2)
-    status = run_crashing(db, "complete", lease=lease, now=1000, point="complete.after_effect", how="sigkill")
-    print(f"the child completing {lease.event_id} died at complete.after_effect: exit status {status}")
+    status = run_crashing(
+        db,
+        "complete",
+        lease=lease,
+        now=1000,
+        point="complete.after_effect",
+        how="sigkill",
+    )
+    print(
+        f"the child completing {lease.event_id} died at complete.after_effect: exit status {status}"
+    )
 
     row = store.message("E0001")
-    print(f"E0001 after the crash: {row.state}, attempts {row.attempts}, generation {row.generation}")
+    print(
+        f"E0001 after the crash: {row.state}, attempts {row.attempts}, generation {row.generation}"
+    )
     print("effects after the crash:", ledger.effects(store))
     print("violations (not finished yet):", check_invariants(db, finished=False))
 
-    finished_at = finish_queue(db, now=1000)  # a fresh worker; model time jumps past the lease
+    # a fresh worker; model time jumps past the lease
+    finished_at = finish_queue(db, now=1000)
     row = store.message("E0001")
     print(f"a fresh worker finished the queue at model second {finished_at}")
-    print(f"E0001 now: {row.state}, attempts {row.attempts}, generation {row.generation}")
+    print(
+        f"E0001 now: {row.state}, attempts {row.attempts}, generation {row.generation}"
+    )
     expected = sum(p["amount_cents"] for p in EVENTS.values() if p["category"] != "toy")
     print(f"money: {ledger.totals(store).total_cents} (expected {expected})")
     print("violations:", check_invariants(db, events=EVENTS, expected_total=expected))
 
     raw = sqlite3.connect(db)  # a client that bypasses the protocol
-    raw.execute("DELETE FROM effects WHERE event_id = 'E0001'")  # E0001 stays done: "ACK first"
-    raw.execute("INSERT INTO effects VALUES ('E0004', 'toy', 3000)")  # E0004 stays dead: "effect first"
+    # E0001 stays done: "ACK first"
+    raw.execute("DELETE FROM effects WHERE event_id = 'E0001'")
+    # E0004 stays dead: "effect first"
+    raw.execute("INSERT INTO effects VALUES ('E0004', 'toy', 3000)")
     raw.commit()
     raw.close()
     for violation in check_invariants(db, events=EVENTS, expected_total=expected):

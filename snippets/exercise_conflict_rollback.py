@@ -12,11 +12,22 @@ Run: python exercise_conflict_rollback.py   (needs queue_core installed; leaves 
 import tempfile
 from pathlib import Path
 
-from queue_core import BatchRejected, Handler, ModelClock, Store, UnknownEvent, ledger, parse_batch, work
+from queue_core import (
+    BatchRejected,
+    Handler,
+    ModelClock,
+    Store,
+    UnknownEvent,
+    ledger,
+    parse_batch,
+    work,
+)
 from queue_core.demo import DEMO_BATCH, LEASE_SECONDS, START
 
 NEW = '{"event_id": "E0005", "payload": {"category": "pen", "amount_cents": 2000}}\n'
-CONFLICT = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 12000}}\n'
+CONFLICT = (
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 12000}}\n'
+)
 
 
 def reference_state(folder):
@@ -32,8 +43,10 @@ def reference_state(folder):
 def check(store, total_cents, effects, **states):
     """Money, number of effects and states, together."""
     snapshot = ledger.report(store)
-    print(f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
-          f"states: {snapshot.to_dict()['messages']}")
+    print(
+        f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
+        f"states: {snapshot.to_dict()['messages']}"
+    )
     assert snapshot.total_cents == total_cents
     assert snapshot.effects_count == effects
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
@@ -64,4 +77,9 @@ with tempfile.TemporaryDirectory() as folder:
     check(store, 17000, 3, done=3, dead=1)
     solve(store, clock)
     check(store, 17000, 3, done=3, dead=1)
-    assert [m.event_id for m in store.messages()] == ["E0001", "E0002", "E0003", "E0004"]
+    assert [m.event_id for m in store.messages()] == [
+        "E0001",
+        "E0002",
+        "E0003",
+        "E0004",
+    ]

@@ -12,7 +12,15 @@ Run: python exercise_dlq_metric.py   (needs queue_core installed; leaves nothing
 import tempfile
 from pathlib import Path
 
-from queue_core import MAX_ATTEMPTS, Handler, ModelClock, Store, TemporaryFailure, ledger, work
+from queue_core import (
+    MAX_ATTEMPTS,
+    Handler,
+    ModelClock,
+    Store,
+    TemporaryFailure,
+    ledger,
+    work,
+)
 from queue_core.demo import DEMO_BATCH, LEASE_SECONDS, START
 
 
@@ -29,8 +37,10 @@ def reference_state(folder):
 def check(store, total_cents, effects, **states):
     """Money, number of effects and states, together."""
     snapshot = ledger.report(store)
-    print(f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
-          f"states: {snapshot.to_dict()['messages']}")
+    print(
+        f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
+        f"states: {snapshot.to_dict()['messages']}"
+    )
     assert snapshot.total_cents == total_cents
     assert snapshot.effects_count == effects
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
@@ -39,8 +49,11 @@ def check(store, total_cents, effects, **states):
 def dlq_metrics(store):
     """The solution's metric: how many dead letters, and their attempts."""
     attempts = [message.attempts for message in store.dead_letters()]
-    return {"dead_letters": len(attempts), "attempts_total": sum(attempts),
-            "attempts_max": max(attempts, default=0)}
+    return {
+        "dead_letters": len(attempts),
+        "attempts_total": sum(attempts),
+        "attempts_max": max(attempts, default=0),
+    }
 
 
 def unavailable(tx, message):
@@ -50,10 +63,15 @@ def unavailable(tx, message):
 def solve(store, clock):
     """The solution."""
     print("metric before:", dlq_metrics(store))
-    store.enqueue('{"event_id": "E0005", "payload": {"category": "bag", "amount_cents": 700}}\n')
+    store.enqueue(
+        '{"event_id": "E0005", "payload": {"category": "bag", "amount_cents": 700}}\n'
+    )
     for _ in range(MAX_ATTEMPTS):  # each attempt when its backoff has passed
         clock.set(max(clock.now(), store.message("E0005").available_at))
-        print(f"t={clock.now()}:", work(store, unavailable, lease_seconds=LEASE_SECONDS).to_dict())
+        print(
+            f"t={clock.now()}:",
+            work(store, unavailable, lease_seconds=LEASE_SECONDS).to_dict(),
+        )
     print("metric after:", dlq_metrics(store))
     return dlq_metrics(store)
 
@@ -63,5 +81,8 @@ with tempfile.TemporaryDirectory() as folder:
     check(store, 17000, 3, done=3, dead=1)
     metric = solve(store, clock)
     check(store, 17000, 3, done=3, dead=2)
-    assert metric == {"dead_letters": 2, "attempts_total": 1 + MAX_ATTEMPTS,
-                      "attempts_max": MAX_ATTEMPTS}
+    assert metric == {
+        "dead_letters": 2,
+        "attempts_total": 1 + MAX_ATTEMPTS,
+        "attempts_max": MAX_ATTEMPTS,
+    }

@@ -28,8 +28,10 @@ def reference_state(folder):
 def check(store, total_cents, effects, **states):
     """Money, number of effects and states, together."""
     snapshot = ledger.report(store)
-    print(f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
-          f"states: {snapshot.to_dict()['messages']}")
+    print(
+        f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
+        f"states: {snapshot.to_dict()['messages']}"
+    )
     assert snapshot.total_cents == total_cents
     assert snapshot.effects_count == effects
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
@@ -59,4 +61,6 @@ with tempfile.TemporaryDirectory() as folder:
     check(store, 17000, 3, done=3, dead=1)
     solve(store, clock)
     check(store, 20000, 4, done=4)
-    assert [e for e in ledger.effects(store) if e[0] == "E0004"] == [("E0004", "toy", 3000)]
+    assert [e for e in ledger.effects(store) if e[0] == "E0004"] == [
+        ("E0004", "toy", 3000)
+    ]

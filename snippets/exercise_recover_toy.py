@@ -27,8 +27,10 @@ def reference_state(folder):
 def check(store, total_cents, effects, **states):
     """Money, number of effects and states, together."""
     snapshot = ledger.report(store)
-    print(f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
-          f"states: {snapshot.to_dict()['messages']}")
+    print(
+        f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
+        f"states: {snapshot.to_dict()['messages']}"
+    )
     assert snapshot.total_cents == total_cents
     assert snapshot.effects_count == effects
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
@@ -37,7 +39,10 @@ def check(store, total_cents, effects, **states):
 def solve(store, clock):
     """The solution."""
     store.redrive(["E0004"])  # without a fix: the same handler refuses it again
-    print("redrive, old handler:", work(store, Handler(), lease_seconds=LEASE_SECONDS).to_dict())
+    print(
+        "redrive, old handler:",
+        work(store, Handler(), lease_seconds=LEASE_SECONDS).to_dict(),
+    )
     clock.advance(1)
     toy = Handler.with_categories({"toy"})  # the deliberate handler change
     print("redriven:", store.redrive(["E0004"]))

@@ -28,8 +28,10 @@ def reference_state(folder):
 def check(store, total_cents, effects, **states):
     """Money, number of effects and states, together."""
     snapshot = ledger.report(store)
-    print(f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
-          f"states: {snapshot.to_dict()['messages']}")
+    print(
+        f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
+        f"states: {snapshot.to_dict()['messages']}"
+    )
     assert snapshot.total_cents == total_cents
     assert snapshot.effects_count == effects
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
@@ -37,13 +39,17 @@ def check(store, total_cents, effects, **states):
 
 def solve(store, clock):
     """The solution."""
-    edit = '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 4000}}\n'
+    edit = (
+        '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 4000}}\n'
+    )
     try:  # editing E0002 (pen 2000 -> 4000) is refused, and nothing is written
         store.enqueue(edit)
     except BatchRejected as exc:
         print("editing E0002:", exc.code)
     clock.advance(1)
-    correction = '{"event_id": "E0005", "payload": {"category": "pen", "amount_cents": 2000}}\n'
+    correction = (
+        '{"event_id": "E0005", "payload": {"category": "pen", "amount_cents": 2000}}\n'
+    )
     print("enqueue the correction:", store.enqueue(correction).to_dict())
     print("work:", work(store, Handler(), lease_seconds=LEASE_SECONDS).to_dict())
 

@@ -21,14 +21,20 @@ refusal = ""
 with tempfile.TemporaryDirectory() as folder:
     store = Store(Path(folder) / "queue.sqlite3", clock=clock)
     ledger.install(store)  # the reference application's effects table
-    store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}')
+    store.enqueue(
+        '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}'
+    )
 
     def row(who: str, result: str) -> None:
         m = store.message("E0001")
-        print(f"{clock.now():>4}  {who:<17} {result:<24} {m.generation:>10} "
-              f"{m.state:<6} {ledger.report(store).total_cents:>11}")
+        print(
+            f"{clock.now():>4}  {who:<17} {result:<24} {m.generation:>10} "
+            f"{m.state:<6} {ledger.report(store).total_cents:>11}"
+        )
 
-    print(f"{'now':>4}  {'who':<17} {'result':<24} {'generation':>10} {'state':<6} {'total_cents':>11}")
+    print(
+        f"{'now':>4}  {'who':<17} {'result':<24} {'generation':>10} {'state':<6} {'total_cents':>11}"
+    )
     a = store.claim(lease_seconds=2)
     row("A: claim", f"generation {a.generation}, until {a.lease_until}")
     clock.set(1002)  # A's lease has ended; A itself is frozen mid-work
@@ -42,12 +48,14 @@ with tempfile.TemporaryDirectory() as folder:
         refusal = str(exc)
         row("A wakes: complete", "LeaseLost")
     try:
-        store.fail(a, "downstream_unavailable")  # A reports a failure instead: fenced the same way
+        # A reports a failure instead: fenced the same way
+        store.fail(a, "downstream_unavailable")
     except LeaseLost as exc:
         assert exc.code == "lease_lost"
         row("A wakes: fail", "LeaseLost")
     m = store.message("E0001")
-    assert (m.state, m.generation, m.attempts, m.last_error) == ("leased", 2, 2, None)  # B's lease, untouched
+    # B's lease, untouched
+    assert (m.state, m.generation, m.attempts, m.last_error) == ("leased", 2, 2, None)
     row("B: complete", store.complete(b, Handler()).outcome.value)
     assert ledger.effects(store) == [("E0001", "book", 10000)]  # one effect, B's
     print()

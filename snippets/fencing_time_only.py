@@ -21,11 +21,16 @@ def claim(db: Path, now: int) -> tuple[str, int] | None:
         conn.execute("BEGIN IMMEDIATE")
         row = conn.execute(
             "SELECT event_id FROM messages WHERE done = 0 AND (lease_until IS NULL OR lease_until <= ?)"
-            " ORDER BY event_id LIMIT 1", (now,)).fetchone()
+            " ORDER BY event_id LIMIT 1",
+            (now,),
+        ).fetchone()
         if row is None:
             conn.execute("ROLLBACK")
             return None
-        conn.execute("UPDATE messages SET lease_until = ? WHERE event_id = ?", (now + LEASE_SECONDS, row[0]))
+        conn.execute(
+            "UPDATE messages SET lease_until = ? WHERE event_id = ?",
+            (now + LEASE_SECONDS, row[0]),
+        )
         conn.execute("COMMIT")
         return row[0], now + LEASE_SECONDS
 
@@ -35,7 +40,9 @@ def complete(db: Path, event_id: str, now: int) -> str:
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         lease_until, amount_cents = conn.execute(
-            "SELECT lease_until, amount_cents FROM messages WHERE event_id = ?", (event_id,)).fetchone()
+            "SELECT lease_until, amount_cents FROM messages WHERE event_id = ?",
+            (event_id,),
+        ).fetchone()
         if not now < lease_until:  # "is the lease still valid?" -- but whose lease?
             conn.execute("ROLLBACK")
             return f"refused ({now} >= {lease_until})"
@@ -48,20 +55,30 @@ def complete(db: Path, event_id: str, now: int) -> str:
 with tempfile.TemporaryDirectory() as folder:
     db = Path(folder) / "naive.sqlite3"
     with closing(sqlite3.connect(db)) as conn:
-        conn.execute("CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL,"
-                     " lease_until INTEGER, done INTEGER NOT NULL DEFAULT 0)")
+        conn.execute(
+            "CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL,"
+            " lease_until INTEGER, done INTEGER NOT NULL DEFAULT 0)"
+        )
         conn.execute("CREATE TABLE totals (cents INTEGER NOT NULL)")
-        conn.execute("INSERT INTO messages (event_id, amount_cents) VALUES ('E0001', 10000)")
+        conn.execute(
+            "INSERT INTO messages (event_id, amount_cents) VALUES ('E0001', 10000)"
+        )
         conn.execute("INSERT INTO totals VALUES (0)")
         conn.commit()
 
     def row(now: int, who: str, result: str) -> None:
         with closing(sqlite3.connect(db)) as conn:
-            lease_until, done = conn.execute("SELECT lease_until, done FROM messages").fetchone()
+            lease_until, done = conn.execute(
+                "SELECT lease_until, done FROM messages"
+            ).fetchone()
             cents = conn.execute("SELECT cents FROM totals").fetchone()[0]
-        print(f"{now:>4}  {who:<20} {result:<22} {lease_until:>11} {done:>4} {cents:>11}")
+        print(
+            f"{now:>4}  {who:<20} {result:<22} {lease_until:>11} {done:>4} {cents:>11}"
+        )
 
-    print(f"{'now':>4}  {'who':<20} {'result':<22} {'lease_until':>11} {'done':>4} {'total_cents':>11}")
+    print(
+        f"{'now':>4}  {'who':<20} {'result':<22} {'lease_until':>11} {'done':>4} {'total_cents':>11}"
+    )
     _, a_until = claim(db, 1000)
     row(1000, "A: claim", f"lease until {a_until}")
     _, b_until = claim(db, 1002)  # A's lease has ended; A itself is frozen mid-work

@@ -34,13 +34,17 @@ print(f"processed {event_id}")
 
 
 def run_worker(db: Path, how: str) -> str:
-    child = subprocess.run([sys.executable, "-c", WORKER, str(db), how], capture_output=True, text=True)
+    child = subprocess.run(
+        [sys.executable, "-c", WORKER, str(db), how], capture_output=True, text=True
+    )
     return f"exit {child.returncode} {child.stdout.strip()}"
 
 
 def row(step: str, worker: str, db: Path) -> None:
     with closing(sqlite3.connect(db)) as conn:
-        taken, done = conn.execute("SELECT taken, done FROM messages WHERE event_id = 'E0001'").fetchone()
+        taken, done = conn.execute(
+            "SELECT taken, done FROM messages WHERE event_id = 'E0001'"
+        ).fetchone()
         cents = conn.execute("SELECT cents FROM totals").fetchone()[0]
     print(f"{step:<24} {worker:<22} {taken:>5} {done:>4} {cents:>11}")
 
@@ -50,13 +54,17 @@ AMOUNT_CENTS = 10000
 with tempfile.TemporaryDirectory() as folder:
     db = Path(folder) / "naive.sqlite3"
     with closing(sqlite3.connect(db)) as conn:
-        conn.execute("CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER,"
-                     " taken INTEGER, done INTEGER)")
+        conn.execute(
+            "CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER,"
+            " taken INTEGER, done INTEGER)"
+        )
         conn.execute("CREATE TABLE totals (cents INTEGER NOT NULL)")
         conn.execute("INSERT INTO messages VALUES ('E0001', ?, 0, 0)", (AMOUNT_CENTS,))
         conn.execute("INSERT INTO totals VALUES (0)")
         conn.commit()
-    print(f"{'step':<24} {'worker process':<22} {'taken':>5} {'done':>4} {'total_cents':>11}")
+    print(
+        f"{'step':<24} {'worker process':<22} {'taken':>5} {'done':>4} {'total_cents':>11}"
+    )
     row(f"enqueue E0001 ({AMOUNT_CENTS})", "", db)
     row("worker 1: takes, dies", run_worker(db, "die"), db)
     for number in (2, 3, 4):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from queue_core import Handler, LeaseLost, ModelClock, Store, ledger
 
-clock = ModelClock(1000)  # model seconds: the example never sleeps and always prints the same
+# model seconds: the example never sleeps and always prints the same
+clock = ModelClock(1000)
 refusal = ""
 
 with tempfile.TemporaryDirectory() as folder:
@@ -21,12 +22,18 @@ with tempfile.TemporaryDirectory() as folder:
 
     def row(step: str, result: object) -> None:
         m = store.message("E0001")
-        print(f"{clock.now():>4}  {step:<11} {str(result):<19} "
-              f"{m.state:<6} {m.attempts:>8} {m.generation:>10} {str(m.lease_until):>11}")
+        print(
+            f"{clock.now():>4}  {step:<11} {str(result):<19} "
+            f"{m.state:<6} {m.attempts:>8} {m.generation:>10} {str(m.lease_until):>11}"
+        )
 
-    print(f"{'now':>4}  {'step':<11} {'returns':<19} "
-          f"{'state':<6} {'attempts':>8} {'generation':>10} {'lease_until':>11}")
-    store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}')
+    print(
+        f"{'now':>4}  {'step':<11} {'returns':<19} "
+        f"{'state':<6} {'attempts':>8} {'generation':>10} {'lease_until':>11}"
+    )
+    store.enqueue(
+        '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}'
+    )
     row("enqueue", "")
 
     first = store.claim(lease_seconds=2)
@@ -36,7 +43,8 @@ with tempfile.TemporaryDirectory() as folder:
     row("B: claim", store.claim(lease_seconds=2))  # A still holds it: nothing to claim
 
     clock.set(first.lease_until)
-    row("status", dict(store.status().messages))  # expired, but stored as leased until a claim
+    # expired, but stored as leased until a claim
+    row("status", dict(store.status().messages))
     try:
         store.complete(first, Handler())
     except LeaseLost as exc:

@@ -25,20 +25,27 @@ with tempfile.TemporaryDirectory() as folder:
     store = Store(folder / "queue.sqlite3", clock=clock)
     ledger.install(store)  # the reference application's effects table
     store.enqueue(LINE)
-    with store.transaction() as tx:  # the outbox lives in the queue file, so it can join the ACK
-        tx.execute("CREATE TABLE outbox (key TEXT PRIMARY KEY, body TEXT NOT NULL,"
-                   " sent INTEGER NOT NULL DEFAULT 0) STRICT")
+    # the outbox lives in the queue file, so it can join the ACK
+    with store.transaction() as tx:
+        tx.execute(
+            "CREATE TABLE outbox (key TEXT PRIMARY KEY, body TEXT NOT NULL,"
+            " sent INTEGER NOT NULL DEFAULT 0) STRICT"
+        )
 
     # --- the receiving service: its own database, its own transaction -------------
     service = sqlite3.connect(folder / "service.sqlite3", isolation_level=None)
     service.execute("CREATE TABLE inbox (key TEXT PRIMARY KEY)")
     service.execute("CREATE TABLE notices (key TEXT, body TEXT)")
-    service.execute("CREATE TABLE received (key TEXT)")  # every delivery, like an access log
+    # every delivery, like an access log
+    service.execute("CREATE TABLE received (key TEXT)")
 
     def receive(key: str, body: str) -> str:
         service.execute("BEGIN IMMEDIATE")
         service.execute("INSERT INTO received VALUES (?)", (key,))
-        new = service.execute("INSERT OR IGNORE INTO inbox VALUES (?)", (key,)).rowcount == 1
+        new = (
+            service.execute("INSERT OR IGNORE INTO inbox VALUES (?)", (key,)).rowcount
+            == 1
+        )
         if new:
             service.execute("INSERT INTO notices VALUES (?, ?)", (key, body))
         service.execute("COMMIT")  # the key and the notice commit together
@@ -47,11 +54,15 @@ with tempfile.TemporaryDirectory() as folder:
     # --- the worker: effect + ACK + intent in one transaction ---------------------
     def complete_with_intent(lease, handler) -> str:
         with store.transaction() as tx:
-            message = store.leased_tx(tx, lease)  # the fenced check; the payload from the database
+            # the fenced check; the payload from the database
+            message = store.leased_tx(tx, lease)
             handler(tx, message)  # the effect row, through this transaction
-            tx.execute("INSERT INTO outbox (key, body) VALUES (?, ?)",
-                       (message.event_id, f"paid {message.event_id}"))
-            completion = store.complete_tx(tx, lease)  # re-check + ACK; LeaseLost rolls back all three
+            tx.execute(
+                "INSERT INTO outbox (key, body) VALUES (?, ?)",
+                (message.event_id, f"paid {message.event_id}"),
+            )
+            # re-check + ACK; LeaseLost rolls back all three
+            completion = store.complete_tx(tx, lease)
         return completion.outcome.value
 
     def slow(tx, message):
@@ -66,18 +77,24 @@ with tempfile.TemporaryDirectory() as folder:
     try:
         complete_with_intent(lease, slow)
     except LeaseLost:
-        print(f"attempt 1 (generation {lease.generation}): lease lost, rolled back;"
-              f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}")
+        print(
+            f"attempt 1 (generation {lease.generation}): lease lost, rolled back;"
+            f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}"
+        )
     lease = store.claim(lease_seconds=2)
     outcome = complete_with_intent(lease, Handler())
-    print(f"attempt 2 (generation {lease.generation}): {outcome};"
-          f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}")
+    print(
+        f"attempt 2 (generation {lease.generation}): {outcome};"
+        f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}"
+    )
 
     # --- the deliverer: send outside any queue transaction, then mark -------------
     def deliver(dies_before_marking: bool) -> None:
-        with store.transaction() as tx:  # a short read; never hold the lock during a call
+        # a short read; never hold the lock during a call
+        with store.transaction() as tx:
             pending = tx.execute(
-                "SELECT key, body FROM outbox WHERE sent = 0 ORDER BY key").fetchall()
+                "SELECT key, body FROM outbox WHERE sent = 0 ORDER BY key"
+            ).fetchall()
         if not pending:
             print("  nothing left to send")
         for key, body in pending:
@@ -101,5 +118,7 @@ with tempfile.TemporaryDirectory() as folder:
     service.close()
     print(f"receiver: deliveries {deliveries}, notices applied {notices}")
     snapshot = ledger.report(store)
-    print(f"queue: effects {snapshot.effects_count}, total {snapshot.total_cents},"
-          f" messages {snapshot.to_dict()['messages']}")
+    print(
+        f"queue: effects {snapshot.effects_count}, total {snapshot.total_cents},"
+        f" messages {snapshot.to_dict()['messages']}"
+    )

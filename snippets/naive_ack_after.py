@@ -35,13 +35,17 @@ print(f"processed {event_id}")
 
 
 def run_worker(db: Path, how: str) -> str:
-    child = subprocess.run([sys.executable, "-c", WORKER, str(db), how], capture_output=True, text=True)
+    child = subprocess.run(
+        [sys.executable, "-c", WORKER, str(db), how], capture_output=True, text=True
+    )
     return f"exit {child.returncode} {child.stdout.strip()}"
 
 
 def row(step: str, worker: str, db: Path) -> None:
     with closing(sqlite3.connect(db)) as conn:
-        done = conn.execute("SELECT done FROM messages WHERE event_id = 'E0001'").fetchone()[0]
+        done = conn.execute(
+            "SELECT done FROM messages WHERE event_id = 'E0001'"
+        ).fetchone()[0]
         cents = conn.execute("SELECT cents FROM totals").fetchone()[0]
     print(f"{step:<28} {worker:<22} {done:>10} {cents:>11}")
 
@@ -51,7 +55,9 @@ AMOUNT_CENTS = 10000
 with tempfile.TemporaryDirectory() as folder:
     db = Path(folder) / "naive.sqlite3"
     with closing(sqlite3.connect(db)) as conn:
-        conn.execute("CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER, done INTEGER)")
+        conn.execute(
+            "CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER, done INTEGER)"
+        )
         conn.execute("CREATE TABLE totals (cents INTEGER NOT NULL)")
         conn.execute("INSERT INTO messages VALUES ('E0001', ?, 0)", (AMOUNT_CENTS,))
         conn.execute("INSERT INTO totals VALUES (0)")

@@ -16,12 +16,15 @@ from pathlib import Path
 LINES = [
     '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}',
     '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}',
-    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}',  # repeated
+    # repeated
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}',
 ]
 
 with tempfile.TemporaryDirectory() as folder:
     with closing(sqlite3.connect(Path(folder) / "naive.sqlite3")) as db:
-        db.execute("CREATE TABLE totals (category TEXT PRIMARY KEY, cents INTEGER NOT NULL)")
+        db.execute(
+            "CREATE TABLE totals (category TEXT PRIMARY KEY, cents INTEGER NOT NULL)"
+        )
         for line in LINES:
             payload = json.loads(line)["payload"]
             with db:  # one committed transaction per line
@@ -30,13 +33,17 @@ with tempfile.TemporaryDirectory() as folder:
                     "ON CONFLICT (category) DO UPDATE SET cents = cents + excluded.cents",
                     (payload["category"], payload["amount_cents"]),
                 )
-        counted = dict(db.execute("SELECT category, cents FROM totals ORDER BY category"))
+        counted = dict(
+            db.execute("SELECT category, cents FROM totals ORDER BY category")
+        )
 
 # What the events are worth: each event id once.
 events = {json.loads(line)["event_id"]: json.loads(line)["payload"] for line in LINES}
 worth: dict[str, int] = {}
 for payload in events.values():
-    worth[payload["category"]] = worth.get(payload["category"], 0) + payload["amount_cents"]
+    worth[payload["category"]] = (
+        worth.get(payload["category"], 0) + payload["amount_cents"]
+    )
 
 print(f"lines read: {len(LINES)}, distinct event ids: {len(events)}")
 print(f"{'category':<9} {'counted':>8} {'worth':>8}")

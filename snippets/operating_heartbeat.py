@@ -22,7 +22,9 @@ from pathlib import Path
 from queue_core import Handler, LeaseLost, Message, ModelClock, Store, Tx, ledger
 
 EVENT = '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}'
-SECOND_EVENT = '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}'
+SECOND_EVENT = (
+    '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}'
+)
 
 
 def wait_for(condition: Callable[[], bool]) -> None:
@@ -45,17 +47,23 @@ with tempfile.TemporaryDirectory() as folder:
     with store.heartbeat(lease, every=0.01, lease_seconds=10) as beat:
         for _ in range(4):  # 24 s of work in four steps
             clock.advance(6)
-            wait_for(lambda: store.message("E0001").lease_until == clock.now() + 10)  # a beat since
-            other = store.claim(lease_seconds=10)  # another worker: E0001 is still leased
+            # a beat since
+            wait_for(lambda: store.message("E0001").lease_until == clock.now() + 10)
+            # another worker: E0001 is still leased
+            other = store.claim(lease_seconds=10)
             taken = "nothing" if other is None else other.event_id
-            print(f"  {clock.now()}  working; stored lease until {store.message('E0001').lease_until}; "
-                  f"another worker's claim gets {taken}")
+            print(
+                f"  {clock.now()}  working; stored lease until {store.message('E0001').lease_until}; "
+                f"another worker's claim gets {taken}"
+            )
             if other is not None:
                 store.complete(other, Handler())
     print(f"  {clock.now()}  work done; lost: {beat.lost}")
     outcome = store.complete(beat.lease, Handler())  # the latest extension
     m = store.message("E0001")
-    print(f"  {clock.now()}  complete: {outcome.outcome.value}; attempts {m.attempts}, generation {m.generation}")
+    print(
+        f"  {clock.now()}  complete: {outcome.outcome.value}; attempts {m.attempts}, generation {m.generation}"
+    )
     store.close()
     print()
 
@@ -78,8 +86,13 @@ with tempfile.TemporaryDirectory() as folder:
             print("  complete: accepted")
         except LeaseLost as exc:
             print(f"  {clock.now()}  complete: LeaseLost: {exc.message}")
-        wait_for(lambda: beat.lost is not None)  # the waiting extension now runs, too late
-    print(f"  stored lease until {store.message('E0001').lease_until}: no extension got in")
-    print(f"  the heartbeat afterwards: LeaseLost: {beat.lost.message if beat.lost else None}")
+        # the waiting extension now runs, too late
+        wait_for(lambda: beat.lost is not None)
+    print(
+        f"  stored lease until {store.message('E0001').lease_until}: no extension got in"
+    )
+    print(
+        f"  the heartbeat afterwards: LeaseLost: {beat.lost.message if beat.lost else None}"
+    )
     print(f"  effects: {ledger.effects(store)}")
     store.close()

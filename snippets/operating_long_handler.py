@@ -24,7 +24,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from queue_core import Handler, LongHandler, Message, ModelClock, Store, Tx, ledger, work
+from queue_core import (
+    Handler,
+    LongHandler,
+    Message,
+    ModelClock,
+    Store,
+    Tx,
+    ledger,
+    work,
+)
 
 EVENTS = (
     '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
@@ -51,7 +60,9 @@ def other_worker(store: Store) -> str:
             said.append("claims nothing")
         else:
             outcome = store.complete(lease, Handler())
-            said.append(f"claims {lease.event_id} (generation {lease.generation}): {outcome.outcome.value}")
+            said.append(
+                f"claims {lease.event_id} (generation {lease.generation}): {outcome.outcome.value}"
+            )
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -85,15 +96,22 @@ with tempfile.TemporaryDirectory() as folder:
         """The long step: outside any transaction, while the heartbeat keeps the lease."""
         for _ in range(4):
             clock.advance(6)
-            wait_for(lambda: store.message("E0001").lease_until == clock.now() + 10)  # a beat since
-            print(f"  {clock.now()}  scoring {message.event_id}; its lease until "
-                  f"{store.message('E0001').lease_until}; another worker {other_worker(store)}")
+            # a beat since
+            wait_for(lambda: store.message("E0001").lease_until == clock.now() + 10)
+            print(
+                f"  {clock.now()}  scoring {message.event_id}; its lease until "
+                f"{store.message('E0001').lease_until}; another worker {other_worker(store)}"
+            )
         return 7
 
-    summary = work(store, LongHandler(score, write), lease_seconds=10, heartbeat_every=0.01)
+    summary = work(
+        store, LongHandler(score, write), lease_seconds=10, heartbeat_every=0.01
+    )
     m = store.message("E0001")
     print(f"  {summary.to_dict()}")
-    print(f"  E0001 {m.state}: attempts {m.attempts}, generation {m.generation}; effects {ledger.effects(store)}")
+    print(
+        f"  E0001 {m.state}: attempts {m.attempts}, generation {m.generation}; effects {ledger.effects(store)}"
+    )
     store.close()
     print()
 
@@ -107,10 +125,17 @@ with tempfile.TemporaryDirectory() as folder:
             print(f"  {clock.now()}  stalled; another worker {other_worker(store)}")
         return 7
 
-    summary = work(store, LongHandler(stalled_score, write), lease_seconds=10, heartbeat_every=0.01,
-                   max_messages=1)
+    summary = work(
+        store,
+        LongHandler(stalled_score, write),
+        lease_seconds=10,
+        heartbeat_every=0.01,
+        max_messages=1,
+    )
     m = store.message("E0001")
     print(f"  {summary.to_dict()}")
-    print(f"  E0001 {m.state}: generation {m.generation}; effects {ledger.effects(store)}")
+    print(
+        f"  E0001 {m.state}: generation {m.generation}; effects {ledger.effects(store)}"
+    )
     print(f"  the stalled worker's write was called {len(written)} times")
     store.close()

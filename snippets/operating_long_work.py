@@ -31,13 +31,17 @@ def new_queue(folder: str, name: str) -> tuple[Store, ModelClock]:
 
 def row(store: Store, clock: ModelClock, who: str, result: object) -> None:
     m = store.message("E0001")
-    print(f"{clock.now():>5}  {who:<12} {str(result):<45} {m.state:<7}{m.attempts:>3}{m.generation:>5}"
-          f"{str(m.lease_until):>7}")
+    print(
+        f"{clock.now():>5}  {who:<12} {str(result):<45} {m.state:<7}{m.attempts:>3}{m.generation:>5}"
+        f"{str(m.lease_until):>7}"
+    )
 
 
 def header(title: str) -> None:
     print(title)
-    print(f"{'now':>5}  {'who':<12} {'returns':<45} {'state':<7}{'att':>3}{'gen':>5}{'until':>7}")
+    print(
+        f"{'now':>5}  {'who':<12} {'returns':<45} {'state':<7}{'att':>3}{'gen':>5}{'until':>7}"
+    )
 
 
 def refused(call: Callable[[], object]) -> str:
@@ -60,10 +64,13 @@ with tempfile.TemporaryDirectory() as folder:
     clock.set(1025)
     row(store, clock, "A: complete", refused(lambda: store.complete(a, Handler())))
     clock.set(1030)
-    row(store, clock, "D: claim", store.claim(lease_seconds=10))  # C's lease, the third, ran out
+    # C's lease, the third, ran out
+    row(store, clock, "D: claim", store.claim(lease_seconds=10))
     dead = store.message("E0001")
-    print(f"       E0001: {dead.state}, {dead.last_error}; expired leases taken over: "
-          f"{store.metrics().expired_leases}; effects: {ledger.effects(store)}")
+    print(
+        f"       E0001: {dead.state}, {dead.last_error}; expired leases taken over: "
+        f"{store.metrics().expired_leases}; effects: {ledger.effects(store)}"
+    )
     store.close()
     print()
 
@@ -73,14 +80,17 @@ with tempfile.TemporaryDirectory() as folder:
     row(store, clock, "A: claim", f"generation {a.generation}")
     for second in (1005, 1010, 1015, 1020):
         clock.set(second)
-        a = store.extend(a, lease_seconds=10)  # fenced like a completion; spends no attempt
+        # fenced like a completion; spends no attempt
+        a = store.extend(a, lease_seconds=10)
         row(store, clock, "A: extend", f"lease until {a.lease_until}")
         if second == 1010:
             row(store, clock, "B: claim", store.claim(lease_seconds=10))
     clock.set(1025)
     row(store, clock, "A: complete", store.complete(a, Handler()).outcome.value)
-    print(f"       expired leases taken over: {store.metrics().expired_leases}; "
-          f"effects: {ledger.effects(store)}")
+    print(
+        f"       expired leases taken over: {store.metrics().expired_leases}; "
+        f"effects: {ledger.effects(store)}"
+    )
     store.close()
     print()
 

@@ -21,11 +21,13 @@ from pathlib import Path
 
 from queue_core import BatchRejected, Handler, ModelClock, Store, ledger, work
 
-BATCH = ('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
-         '{"event_id": "E0001", "payload": {"amount_cents": 10000, "category": "book"}}\n'
-         '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}\n'
-         '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
-         '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n')
+BATCH = (
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
+    '{"event_id": "E0001", "payload": {"amount_cents": 10000, "category": "book"}}\n'
+    '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}\n'
+    '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
+    '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
+)
 DAY = 86_400
 
 
@@ -44,8 +46,10 @@ with tempfile.TemporaryDirectory() as folder:
     with processed(db, clock) as store:
         clock.advance(30 * DAY)
         with closing(sqlite3.connect(db)) as conn, conn:
-            deleted = conn.execute("DELETE FROM messages WHERE state = 'done' AND done_at <= ?",
-                                   (clock.now() - 7 * DAY,)).rowcount
+            deleted = conn.execute(
+                "DELETE FROM messages WHERE state = 'done' AND done_at <= ?",
+                (clock.now() - 7 * DAY,),
+            ).rowcount
         print(f"   deleted {deleted} done rows")
         print(f"   the batch again: {store.enqueue(BATCH).to_dict()}")
         print(f"   work: {work(store, Handler(), lease_seconds=30)}")
@@ -60,20 +64,33 @@ with tempfile.TemporaryDirectory() as folder:
         clock.advance(30 * DAY)
         print(f"   prune(older_than_seconds=7 days): {store.prune(7 * DAY).to_dict()}")
         after = store.message("E0001")
-        print(f"   E0001 before: {before.state}, payload {before.payload}, done_at {before.done_at}")
-        print(f"   E0001 after:  {after.state}, payload {after.payload}, done_at {after.done_at}, "
-              f"pruned {after.pruned}")
-        kept = store.read(lambda view: view.execute(
-            "SELECT payload_sha256 FROM messages WHERE event_id = 'E0001'").fetchone()[0])
-        print(f"   kept: SHA-256 {kept[:16]}..., the canonical payload's: "
-              f"{kept == hashlib.sha256(before.payload.encode()).hexdigest()}")
+        print(
+            f"   E0001 before: {before.state}, payload {before.payload}, done_at {before.done_at}"
+        )
+        print(
+            f"   E0001 after:  {after.state}, payload {after.payload}, done_at {after.done_at}, "
+            f"pruned {after.pruned}"
+        )
+        kept = store.read(
+            lambda view: view.execute(
+                "SELECT payload_sha256 FROM messages WHERE event_id = 'E0001'"
+            ).fetchone()[0]
+        )
+        print(
+            f"   kept: SHA-256 {kept[:16]}..., the canonical payload's: "
+            f"{kept == hashlib.sha256(before.payload.encode()).hexdigest()}"
+        )
         print(f"   the batch again: {store.enqueue(BATCH).to_dict()}")
         try:
-            store.enqueue('{"event_id": "E0005", "payload": {"category": "bag", "amount_cents": 700}}\n'
-                          '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10001}}\n')
+            store.enqueue(
+                '{"event_id": "E0005", "payload": {"category": "bag", "amount_cents": 700}}\n'
+                '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10001}}\n'
+            )
         except BatchRejected as exc:
-            print(f"   E0001 with another amount: {exc.code} on line {exc.line}; "
-                  f"E0005 stored: {any(m.event_id == 'E0005' for m in store.messages())}")
+            print(
+                f"   E0001 with another amount: {exc.code} on line {exc.line}; "
+                f"E0005 stored: {any(m.event_id == 'E0005' for m in store.messages())}"
+            )
         dead = store.message("E0004")
         print(f"   E0004 {dead.state}: payload {dead.payload}, pruned {dead.pruned}")
         print(f"   effects: {ledger.report(store).to_dict()['effects']}")

@@ -18,10 +18,12 @@ from pathlib import Path
 from queue_core import Handler, ModelClock, Store, ledger
 from queue_core.store import Metrics
 
-EVENTS = ('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
-          '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}\n'
-          '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
-          '{"event_id": "E0004", "payload": {"category": "bag", "amount_cents": 3000}}\n')
+EVENTS = (
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
+    '{"event_id": "E0002", "payload": {"category": "pen", "amount_cents": 2000}}\n'
+    '{"event_id": "E0003", "payload": {"category": "book", "amount_cents": 5000}}\n'
+    '{"event_id": "E0004", "payload": {"category": "bag", "amount_cents": 3000}}\n'
+)
 
 # A worker in its own OS process: it claims (that commits) and dies before completing.
 DYING_WORKER = """
@@ -35,8 +37,11 @@ os._exit(86)
 
 
 def dying_worker(db: Path, now: int) -> str:
-    child = subprocess.run([sys.executable, "-c", DYING_WORKER, str(db), str(now)],
-                           capture_output=True, text=True)
+    child = subprocess.run(
+        [sys.executable, "-c", DYING_WORKER, str(db), str(now)],
+        capture_output=True,
+        text=True,
+    )
     return f"{child.stdout.strip()} (exit {child.returncode})"
 
 
@@ -46,7 +51,8 @@ def queue_a(folder: Path) -> Metrics:
         ledger.install(store)
         store.enqueue(EVENTS)
         clock.set(1005)
-        store.complete(store.claim(lease_seconds=30), Handler())  # E0001, 5 s after it arrived
+        # E0001, 5 s after it arrived
+        store.complete(store.claim(lease_seconds=30), Handler())
         store.claim(lease_seconds=30)  # E0002: this worker is alive and working on it
         return store.metrics()
 
@@ -61,11 +67,15 @@ def queue_b(folder: Path) -> Metrics:
         clock.set(1100)
         lease = store.claim(lease_seconds=30)  # E0001's lease ended at 1030: taken over
         store.complete(lease, Handler())
-        print(f"B at 1100: a worker takes {lease.event_id} over (generation {lease.generation}) and completes it")
+        print(
+            f"B at 1100: a worker takes {lease.event_id} over (generation {lease.generation}) and completes it"
+        )
         print(f"B at 1100: a worker claims {dying_worker(db, 1100)}")
         clock.set(4600)
         e0002 = store.message("E0002")
-        print(f"B at 4600: E0002 is stored as {e0002.state}, its lease ended at {e0002.lease_until}")
+        print(
+            f"B at 4600: E0002 is stored as {e0002.state}, its lease ended at {e0002.lease_until}"
+        )
         return store.metrics()
 
 
@@ -78,5 +88,7 @@ for state in ("ready", "leased", "done", "dead"):
     print(f"{state:<28}{a.messages[state]:>12}{b.messages[state]:>12}")
 print("the metrics:")
 print(f"{'oldest ready age (s)':<28}{a.oldest_ready_age:>12}{b.oldest_ready_age:>12}")
-print(f"{'enqueue to done, max (s)':<28}{a.enqueue_to_done.max:>12}{b.enqueue_to_done.max:>12}")
+print(
+    f"{'enqueue to done, max (s)':<28}{a.enqueue_to_done.max:>12}{b.enqueue_to_done.max:>12}"
+)
 print(f"{'expired leases taken over':<28}{a.expired_leases:>12}{b.expired_leases:>12}")

@@ -15,13 +15,26 @@ import json
 import tempfile
 from pathlib import Path
 
-from queue_core import (Handler, ModelClock, ReceiptHandler, Store,
-                        ledger, receipts, work)
+from queue_core import (
+    Handler,
+    ModelClock,
+    ReceiptHandler,
+    Store,
+    ledger,
+    receipts,
+    work,
+)
 
-ORDER = {"tenant": "north", "operation": "order-7:charge",
-         "category": "book", "amount_cents": 10000}
-BATCH = "".join(json.dumps({"event_id": event_id, "payload": ORDER}) + "\n"
-                for event_id in ("E0001", "E0002"))
+ORDER = {
+    "tenant": "north",
+    "operation": "order-7:charge",
+    "category": "book",
+    "amount_cents": 10000,
+}
+BATCH = "".join(
+    json.dumps({"event_id": event_id, "payload": ORDER}) + "\n"
+    for event_id in ("E0001", "E0002")
+)
 
 
 def run(title, handler):
@@ -36,8 +49,7 @@ def run(title, handler):
             print(f"  {m.event_id}: {m.state}, generation {m.generation}")
         print(f"  effects: {ledger.effects(store)}")
         print(f"  total_cents: {ledger.report(store).total_cents}")
-        keys = [(r.tenant, r.operation, r.effect)
-                for r in receipts.stored(store)]
+        keys = [(r.tenant, r.operation, r.effect) for r in receipts.stored(store)]
         print(f"  receipts: {keys}")
 
 

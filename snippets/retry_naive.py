@@ -19,7 +19,10 @@ from queue_core import Handler, ModelClock, Store, TemporaryFailure, ledger
 
 DOWN_UNTIL = 1003  # the downstream service answers again at this model second
 EVENTS = [
-    {"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 2000, "needs": "downstream"}},
+    {
+        "event_id": "E0001",
+        "payload": {"category": "pen", "amount_cents": 2000, "needs": "downstream"},
+    },
     {"event_id": "E0002", "payload": {"category": "book", "amount_cents": 10000}},
 ]
 
@@ -41,27 +44,46 @@ def handler(tx, message):
 with tempfile.TemporaryDirectory() as tmp:
     print("naive: a failed message is ready again at once; no budget")
     conn = sqlite3.connect(Path(tmp) / "naive.sqlite3", isolation_level=None)
-    conn.execute("CREATE TABLE messages (event_id TEXT PRIMARY KEY, payload TEXT, state TEXT, attempts INT)")
+    conn.execute(
+        "CREATE TABLE messages (event_id TEXT PRIMARY KEY, payload TEXT, state TEXT, attempts INT)"
+    )
     conn.execute("CREATE TABLE effects (event_id TEXT, amount_cents INT)")
     for event in EVENTS:
-        conn.execute("INSERT INTO messages VALUES (?, ?, 'ready', 0)",
-                     (event["event_id"], json.dumps(event["payload"])))
+        conn.execute(
+            "INSERT INTO messages VALUES (?, ?, 'ready', 0)",
+            (event["event_id"], json.dumps(event["payload"])),
+        )
     now = 1000
     for _ in range(20):
         conn.execute("BEGIN IMMEDIATE")
         event_id, payload = conn.execute(
-            "SELECT event_id, payload FROM messages WHERE state = 'ready' ORDER BY event_id LIMIT 1").fetchone()
-        conn.execute("UPDATE messages SET attempts = attempts + 1 WHERE event_id = ?", (event_id,))
+            "SELECT event_id, payload FROM messages WHERE state = 'ready' ORDER BY event_id LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            "UPDATE messages SET attempts = attempts + 1 WHERE event_id = ?",
+            (event_id,),
+        )
         try:
             effect = handle(json.loads(payload), now)
         except TemporaryFailure:
-            conn.execute("COMMIT")  # still 'ready': the next claim takes it again, at once
+            # still 'ready': the next claim takes it again, at once
+            conn.execute("COMMIT")
             continue
-        conn.execute("INSERT INTO effects VALUES (?, ?)", (event_id, effect.amount_cents))
-        conn.execute("UPDATE messages SET state = 'done' WHERE event_id = ?", (event_id,))
+        conn.execute(
+            "INSERT INTO effects VALUES (?, ?)", (event_id, effect.amount_cents)
+        )
+        conn.execute(
+            "UPDATE messages SET state = 'done' WHERE event_id = ?", (event_id,)
+        )
         conn.execute("COMMIT")
-    for event_id, attempts, state in conn.execute("SELECT event_id, attempts, state FROM messages"):
-        tried = f"{attempts} attempts, all at model second {now}" if attempts else "never claimed"
+    for event_id, attempts, state in conn.execute(
+        "SELECT event_id, attempts, state FROM messages"
+    ):
+        tried = (
+            f"{attempts} attempts, all at model second {now}"
+            if attempts
+            else "never claimed"
+        )
         print(f"  {event_id}: {tried}; state={state}")
     print(f"  effects: {conn.execute('SELECT count(*) FROM effects').fetchone()[0]}")
     conn.close()
@@ -77,6 +99,12 @@ with tempfile.TemporaryDirectory() as tmp:
             clock.advance(1)
             continue
         completion = store.complete(lease, handler)
-        why = f" ({completion.error}), due again at {completion.available_at}" if completion.error else ""
-        print(f"  t={clock.now()} {lease.event_id} attempt {lease.attempt}: {completion.outcome.value}{why}")
+        why = (
+            f" ({completion.error}), due again at {completion.available_at}"
+            if completion.error
+            else ""
+        )
+        print(
+            f"  t={clock.now()} {lease.event_id} attempt {lease.attempt}: {completion.outcome.value}{why}"
+        )
     print(f"  effects: {ledger.effects(store)}")

@@ -27,18 +27,24 @@ with tempfile.TemporaryDirectory() as tmp:
     )
     print(f"budget: MAX_ATTEMPTS = {MAX_ATTEMPTS} claims per cycle")
     print("E0003, the row after each step:")
-    print(f"{'now':>6}  {'step':<26} {'state':<6} {'attempts':>8} {'generation':>10}  last_error")
+    print(
+        f"{'now':>6}  {'step':<26} {'state':<6} {'attempts':>8} {'generation':>10}  last_error"
+    )
 
     def show(step: str) -> None:
         row = store.message("E0003")
-        print(f"{clock.now():>6}  {step:<26} {row.state:<6} {row.attempts:>8} {row.generation:>10}"
-              f"  {row.last_error or '-'}")
+        print(
+            f"{clock.now():>6}  {step:<26} {row.state:<6} {row.attempts:>8} {row.generation:>10}"
+            f"  {row.last_error or '-'}"
+        )
 
     show("enqueue")
     for _ in range(MAX_ATTEMPTS):
         lease = store.claim(lease_seconds=2)
         show(f"claim, lease until {lease.lease_until}")
-        status = run_crashing_completion(db, lease, now=clock.now(), point="complete.after_read")
+        status = run_crashing_completion(
+            db, lease, now=clock.now(), point="complete.after_read"
+        )
         show(f"worker died (exit {status})")
         clock.set(lease.lease_until)  # nobody reports anything; the lease runs out
     lease = store.claim(lease_seconds=2)

@@ -33,7 +33,9 @@ BATCH = (
 )
 
 # The command line only when run as a program (on the site, this file runs inside the build).
-target = sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else "queue.sqlite3"
+target = (
+    sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else "queue.sqlite3"
+)
 
 if target.startswith(("postgresql://", "postgres://")):
     import psycopg  # installed by queue_core[postgres]
@@ -46,12 +48,15 @@ if target.startswith(("postgresql://", "postgres://")):
         sys.exit(f"two_engines.py: cannot create the schema {schema} there: {error}")
     # Every connection the stores open works in that schema only (libpq's "options" parameter).
     url = urlsplit(target)
-    query = urlencode(parse_qsl(url.query) + [("options", f"-csearch_path={schema}")], quote_via=quote)
+    query = urlencode(
+        parse_qsl(url.query) + [("options", f"-csearch_path={schema}")], quote_via=quote
+    )
     database = urlunsplit(url._replace(query=query))
 
     def clean_up() -> None:
         with psycopg.connect(target, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
 else:
     if Path(target).exists():
         sys.exit(f"{target} already exists here; run this program in an empty folder")
@@ -61,35 +66,47 @@ else:
         for suffix in ("", "-wal", "-shm", "-lock"):
             Path(target + suffix).unlink(missing_ok=True)
 
+
 clock = ModelClock(1000)
 try:
-    with Store(database, clock=clock) as a, Store(database, clock=clock) as b:  # two workers, two connections
+    # two workers, two connections
+    with Store(database, clock=clock) as a, Store(database, clock=clock) as b:
         ledger.install(a)  # the reference application's effects table
         added = a.enqueue(BATCH)
         print(f"enqueue: {added.accepted} accepted, {added.duplicates} duplicate")
 
         lease_a = a.claim(lease_seconds=30)
-        print(f"{clock.now()}  A claims {lease_a.event_id}: generation {lease_a.generation}, "
-              f"until {lease_a.lease_until}")
+        print(
+            f"{clock.now()}  A claims {lease_a.event_id}: generation {lease_a.generation}, "
+            f"until {lease_a.lease_until}"
+        )
         clock.advance(30)  # A stalls; its lease ends
         lease_b = b.claim(lease_seconds=30)
-        print(f"{clock.now()}  B claims {lease_b.event_id}: generation {lease_b.generation}, "
-              f"until {lease_b.lease_until}")
+        print(
+            f"{clock.now()}  B claims {lease_b.event_id}: generation {lease_b.generation}, "
+            f"until {lease_b.lease_until}"
+        )
         try:
             a.complete(lease_a, Handler())
         except LeaseLost as refused:
             print(f"{clock.now()}  A completes: LeaseLost: {refused}")
-        print(f"{clock.now()}  B completes: {b.complete(lease_b, Handler()).outcome.value}")
+        print(
+            f"{clock.now()}  B completes: {b.complete(lease_b, Handler()).outcome.value}"
+        )
         print(f"{clock.now()}  B works off the rest: {work(b, Handler()).to_dict()}")
 
         print()
         print("event  state  attempts  generation")
         for message in a.messages():
-            print(f"{message.event_id}  {message.state:<5}  {message.attempts:>8}  {message.generation:>10}")
+            print(
+                f"{message.event_id}  {message.state:<5}  {message.attempts:>8}  {message.generation:>10}"
+            )
         report = ledger.report(a)
         print(f"status: {report.messages}")
         print(f"effects: {ledger.effects(a)}")
-        print(f"total_cents: {report.total_cents}, by category: {dict(report.by_category)}")
+        print(
+            f"total_cents: {report.total_cents}, by category: {dict(report.by_category)}"
+        )
 except QueueError as error:  # e.g. the server went away: say so, without a traceback
     sys.exit(f"two_engines.py: {error.code}: {error}")
 finally:

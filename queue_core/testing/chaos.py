@@ -35,20 +35,46 @@ from .. import engine_postgres, ledger
 from ..clock import ModelClock
 from ..store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
 from ..worker import WorkSummary
-from .invariants import FileState, Payload, check_invariants, finish_queue, losses_and_doubles, read_file
+from .invariants import (
+    FileState,
+    Payload,
+    check_invariants,
+    finish_queue,
+    losses_and_doubles,
+    read_file,
+)
 from .matrix import BOOK, PEN, START, TOY, batch_text, work_folder
 
 __all__ = [
-    "LONG", "MAX_EVENTS", "QUEUE_CORE", "QUICK", "ROUND_STEP_SECONDS", "VICTIM_WAIT_SECONDS",
-    "ChaosResult", "ContentionResult", "chaos", "contention",
+    "LONG",
+    "MAX_EVENTS",
+    "QUEUE_CORE",
+    "QUICK",
+    "ROUND_STEP_SECONDS",
+    "VICTIM_WAIT_SECONDS",
+    "ChaosResult",
+    "ContentionResult",
+    "chaos",
+    "contention",
 ]
 
-QUEUE_CORE: Final = (sys.executable, "-m", "queue_core")  # the real command line, as `queue-core` runs it
-QUICK: Final[Mapping[str, int]] = {"rounds": 10, "events_per_round": 200, "workers": 3, "max_kills_per_round": 5}
+# the real command line, as `queue-core` runs it
+QUEUE_CORE: Final = (sys.executable, "-m", "queue_core")
+QUICK: Final[Mapping[str, int]] = {
+    "rounds": 10,
+    "events_per_round": 200,
+    "workers": 3,
+    "max_kills_per_round": 5,
+}
 LONG: Final[Mapping[str, int]] = {  # 9,900 events
-    "rounds": 45, "events_per_round": 220, "workers": 5, "max_kills_per_round": 10}
+    "rounds": 45,
+    "events_per_round": 220,
+    "workers": 5,
+    "max_kills_per_round": 10,
+}
 MAX_EVENTS: Final = 9_999  # event ids are E0001..E9999 in one file
-ROUND_STEP_SECONDS: Final = 10  # model time between rounds: longer than any lease or backoff of the run
+# model time between rounds: longer than any lease or backoff of the run
+ROUND_STEP_SECONDS: Final = 10
 # How long a worker chosen as the victim may take to open the database before it is killed anyway: far
 # longer than a start takes (about 0.3 s on SQLite, 0.6 s on PostgreSQL, which imports psycopg and waits
 # for a new server backend; several times that on a loaded machine). A shorter wait made most kills of a
@@ -62,8 +88,10 @@ class _Result:
     """JSON for a frozen result: ``to_dict()`` and ``from_dict()`` (lists for tuples)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: list(value) if isinstance(value, tuple) else value
-                for name, value in asdict(self).items()}  # type: ignore[call-overload]
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in asdict(self).items()  # type: ignore[call-overload]
+        }
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
@@ -107,7 +135,9 @@ def _has_a_socket(pid: int) -> bool:
     return False
 
 
-def _wait_until_open(process: subprocess.Popen[str], path: Path, timeout: float) -> bool:
+def _wait_until_open(
+    process: subprocess.Popen[str], path: Path, timeout: float
+) -> bool:
     """Wait until ``process`` has the SQLite file ``path`` open; False if it exits or ``timeout`` passes first.
 
     Without ``/proc`` (not Linux) nothing can be seen: it gives up after half a second at most.
@@ -117,7 +147,9 @@ def _wait_until_open(process: subprocess.Popen[str], path: Path, timeout: float)
     return _wait_until(process, lambda: _has_open(process.pid, path), timeout)
 
 
-def _wait_until(process: subprocess.Popen[str], seen: Callable[[], bool], timeout: float) -> bool:
+def _wait_until(
+    process: subprocess.Popen[str], seen: Callable[[], bool], timeout: float
+) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
         if seen():
@@ -143,14 +175,18 @@ class _Sessions:
         import psycopg
 
         if "application_name" in url:
-            raise ValueError("the chaos run names each process's session itself (PGAPPNAME): "
-                             "give a URL without application_name")
+            raise ValueError(
+                "the chaos run names each process's session itself (PGAPPNAME): "
+                "give a URL without application_name"
+            )
         self._conn: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True)
 
     def connected(self, name: str) -> bool:
         row = self._conn.execute(
             "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-            " AND backend_type = 'client backend' AND application_name = %s LIMIT 1", (name,)).fetchone()
+            " AND backend_type = 'client backend' AND application_name = %s LIMIT 1",
+            (name,),
+        ).fetchone()
         return row is not None
 
     def close(self) -> None:
@@ -201,7 +237,8 @@ class _Processes:
         self.db = db
         self.started: list[subprocess.Popen[str]] = []
         self._sessions = _Sessions(db) if isinstance(db, str) else None
-        self._names: dict[int, str] = {}  # pid -> the application_name of its PostgreSQL session
+        # pid -> the application_name of its PostgreSQL session
+        self._names: dict[int, str] = {}
         # A kill lands at a random moment up to this long after the victim opened the database, so that
         # kills spread over its setup, its work, and (for a producer) past its COMMIT. On SQLite 0.01 s
         # already reaches past a producer's COMMIT. A PostgreSQL producer needs about 0.1 s from its
@@ -215,7 +252,9 @@ class _Processes:
         name = f"queue-core-chaos-{os.getpid()}-{len(self.started) + 1}"
         if self._sessions is not None:
             env = {**os.environ, "PGAPPNAME": name}
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         self.started.append(process)
         self._names[process.pid] = name
         return process
@@ -230,10 +269,16 @@ class _Processes:
             assert isinstance(self.db, Path)
             return _wait_until_open(process, self.db, timeout)
         sessions, name = self._sessions, self._names[process.pid]
-        return _wait_until(process, lambda: _has_a_socket(process.pid) and sessions.connected(name), timeout)
+        return _wait_until(
+            process,
+            lambda: _has_a_socket(process.pid) and sessions.connected(name),
+            timeout,
+        )
 
     def worker(self, now: int, lease_seconds: int | None = None) -> _Worker:
-        extra = ("--lease-seconds", str(lease_seconds)) if lease_seconds is not None else ()
+        extra = (
+            ("--lease-seconds", str(lease_seconds)) if lease_seconds is not None else ()
+        )
         return _Worker(self.start("work", *extra, now=now), time.monotonic())
 
     def kill_the_rest(self) -> None:
@@ -277,12 +322,21 @@ def _exit(worker: _Worker) -> _Exit:
         except (ValueError, TypeError):
             summary = None
     killed = worker.killed and status == -signal.SIGKILL
-    return _Exit(status, summary, err.strip(), killed, killed and worker.opened,
-                 (worker.ended or 0) - worker.started)
+    return _Exit(
+        status,
+        summary,
+        err.strip(),
+        killed,
+        killed and worker.opened,
+        (worker.ended or 0) - worker.started,
+    )
 
 
 # How each engine words a refusal by a unique key: SQLite's IntegrityError, PostgreSQL's (in a StorageError).
-_UNIQUE_KEY_REFUSALS: Final = ("UNIQUE constraint failed", "duplicate key value violates unique constraint")
+_UNIQUE_KEY_REFUSALS: Final = (
+    "UNIQUE constraint failed",
+    "duplicate key value violates unique constraint",
+)
 
 
 def _unique_key_refusals(state: FileState) -> int:
@@ -291,8 +345,12 @@ def _unique_key_refusals(state: FileState) -> int:
     (The store records a handler's unexpected exception as ``handler_error``
     with the exception in ``last_detail``.)
     """
-    return sum(1 for m in state.messages if m.last_error == HANDLER_ERROR
-               and any(words in (m.last_detail or "") for words in _UNIQUE_KEY_REFUSALS))
+    return sum(
+        1
+        for m in state.messages
+        if m.last_error == HANDLER_ERROR
+        and any(words in (m.last_detail or "") for words in _UNIQUE_KEY_REFUSALS)
+    )
 
 
 # ===================================================================== contention
@@ -328,8 +386,13 @@ class ContentionResult(_Result):
         return not (self.violations or self.losses or self.doubles)
 
 
-def contention(workdir: str | Path | None = None, *, workers: int = 8, events: int = 400,
-               hold_extra_seconds: float = 0.5) -> ContentionResult:
+def contention(
+    workdir: str | Path | None = None,
+    *,
+    workers: int = 8,
+    events: int = 400,
+    hold_extra_seconds: float = 0.5,
+) -> ContentionResult:
     """``workers`` ``queue-core work`` processes on one file, all made to wait out the write lock.
 
     The file gets ``events`` messages. The write lock is taken (a protocol
@@ -341,10 +404,14 @@ def contention(workdir: str | Path | None = None, *, workers: int = 8, events: i
     """
     with work_folder(workdir) as root:
         db = root / "queue.sqlite3"
-        sent = {f"E{n:04d}": {"category": PEN, "amount_cents": n} for n in range(1, events + 1)}
+        sent = {
+            f"E{n:04d}": {"category": PEN, "amount_cents": n}
+            for n in range(1, events + 1)
+        }
         expected_cents = sum(range(1, events + 1))
         store = Store(db, clock=ModelClock(START))
-        ledger.install(store)  # before the lock is taken: a queue of the reference application
+        # before the lock is taken: a queue of the reference application
+        ledger.install(store)
         store.enqueue(batch_text(sent))
         with _processes(db) as processes:
             started = time.monotonic()
@@ -378,7 +445,9 @@ def contention(workdir: str | Path | None = None, *, workers: int = 8, events: i
         expected_cents=expected_cents,
         losses=lost,
         doubles=doubled + _unique_key_refusals(state),
-        violations=tuple(check_invariants(state, events=sent, expected_total=expected_cents)),
+        violations=tuple(
+            check_invariants(state, events=sent, expected_total=expected_cents)
+        ),
     )
 
 
@@ -442,7 +511,8 @@ class _Tally:
     producer_resends: int = 0
     producer_kills_after_its_commit: int = 0
     worker_processes: int = 0
-    worker_kills_sent: int = 0  # SIGKILLs sent; the exits say which of them killed (``_Exit.killed``)
+    # SIGKILLs sent; the exits say which of them killed (``_Exit.killed``)
+    worker_kills_sent: int = 0
     exits: list[_Exit] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
@@ -508,38 +578,68 @@ def chaos(
     snapshot (``invariants.read_file``).
     """
     if rounds * events_per_round > MAX_EVENTS:
-        raise ValueError(f"at most {MAX_EVENTS} events fit in one file (event ids E0001..E9999)")
+        raise ValueError(
+            f"at most {MAX_EVENTS} events fit in one file (event ids E0001..E9999)"
+        )
     if target is not None and not engine_postgres.is_url(target):
-        raise ValueError(f"target must be a postgresql:// URL (or None for a new SQLite file), got {target!r}")
+        raise ValueError(
+            f"target must be a postgresql:// URL (or None for a new SQLite file), got {target!r}"
+        )
     seed = random.SystemRandom().randrange(2**32) if seed is None else seed
-    plan = _Plan(rounds, events_per_round, workers, max_kills_per_round, producer_kill_chance, toy_share,
-                 stagger_seconds, lease_seconds, random.Random(seed))
+    plan = _Plan(
+        rounds,
+        events_per_round,
+        workers,
+        max_kills_per_round,
+        producer_kill_chance,
+        toy_share,
+        stagger_seconds,
+        lease_seconds,
+        random.Random(seed),
+    )
     say = progress or (lambda _message: None)
     tally = _Tally()
     sent: dict[str, Payload] = {}
     began = time.monotonic()
     with work_folder(workdir) as root:
         db: Path | str = root / "queue.sqlite3" if target is None else target
-        with Store(db, clock=ModelClock(START)) as store:  # the queue's schema, before any process starts
+        # the queue's schema, before any process starts
+        with Store(db, clock=ModelClock(START)) as store:
             held = len(store.messages())
         if held:
-            raise ValueError(f"the chaos run needs an empty database: {engine_postgres.safe_url(str(db))} "
-                             f"already holds {held} message(s)")
+            raise ValueError(
+                f"the chaos run needs an empty database: {engine_postgres.safe_url(str(db))} "
+                f"already holds {held} message(s)"
+            )
         now = START
         with _processes(db) as processes:
             for round_number in range(1, rounds + 1):
                 now += ROUND_STEP_SECONDS
-                batch = _next_batch(plan, sent, root / f"batch-{round_number:03d}.jsonl", tally)
+                batch = _next_batch(
+                    plan, sent, root / f"batch-{round_number:03d}.jsonl", tally
+                )
                 _produce(processes, batch, now, round_number, plan, tally)
                 _work_and_kill(processes, now, plan, tally)
-                say(f"round {round_number}/{rounds}: {len(sent)} events sent, "
-                    f"{tally.worker_kills_sent} worker kills so far")
+                say(
+                    f"round {round_number}/{rounds}: {len(sent)} events sent, "
+                    f"{tally.worker_kills_sent} worker kills so far"
+                )
         expired = _final_pass(db, now + ROUND_STEP_SECONDS, lease_seconds)
         state = read_file(db)
-    return _judge(state, sent, tally, plan, seed=seed, redriven=expired, seconds=time.monotonic() - began)
+    return _judge(
+        state,
+        sent,
+        tally,
+        plan,
+        seed=seed,
+        redriven=expired,
+        seconds=time.monotonic() - began,
+    )
 
 
-def _next_batch(plan: _Plan, sent: dict[str, Payload], path: Path, tally: _Tally) -> tuple[Path, int]:
+def _next_batch(
+    plan: _Plan, sent: dict[str, Payload], path: Path, tally: _Tally
+) -> tuple[Path, int]:
     """Write the round's batch: new events (a few toys) and up to ten lines already sent.
 
     Returns the batch file and how many of its events are new; ``sent`` gains them.
@@ -547,8 +647,13 @@ def _next_batch(plan: _Plan, sent: dict[str, Payload], path: Path, tally: _Tally
     rng = plan.rng
     new: dict[str, Payload] = {}
     for number in range(len(sent) + 1, len(sent) + plan.events_per_round + 1):
-        category = TOY if rng.random() < plan.toy_share else rng.choice((BOOK, PEN, "bag"))
-        new[f"E{number:04d}"] = {"category": category, "amount_cents": rng.randint(1, 99_999)}
+        category = (
+            TOY if rng.random() < plan.toy_share else rng.choice((BOOK, PEN, "bag"))
+        )
+        new[f"E{number:04d}"] = {
+            "category": category,
+            "amount_cents": rng.randint(1, 99_999),
+        }
     again = {e: sent[e] for e in rng.sample(sorted(sent), min(len(sent), 10))}
     sent.update(new)
     path.write_text(batch_text({**again, **new}), encoding="utf-8")
@@ -556,8 +661,14 @@ def _next_batch(plan: _Plan, sent: dict[str, Payload], path: Path, tally: _Tally
     return path, len(new)
 
 
-def _produce(processes: _Processes, batch: tuple[Path, int], now: int, round_number: int, plan: _Plan,
-             tally: _Tally) -> None:
+def _produce(
+    processes: _Processes,
+    batch: tuple[Path, int],
+    now: int,
+    round_number: int,
+    plan: _Plan,
+    tally: _Tally,
+) -> None:
     """The producer: maybe killed once it has the file open, then it resends the batch until it hears an answer.
 
     A kill counts if the producer died of it (one sent just after it exited by
@@ -581,12 +692,16 @@ def _produce(processes: _Processes, batch: tuple[Path, int], now: int, round_num
         if producer.returncode == 0:
             answer = json.loads(out)
             if answer["accepted"] not in (0, new):
-                tally.violations.append(f"round {round_number}: a batch was stored in part: {answer}")
+                tally.violations.append(
+                    f"round {round_number}: a batch was stored in part: {answer}"
+                )
             if killed_before and answer["accepted"] == 0:
                 tally.producer_kills_after_its_commit += 1
             return
         if producer.returncode != -signal.SIGKILL or not signalled:
-            tally.violations.append(f"round {round_number}: the producer failed: {err.strip()[-300:]}")
+            tally.violations.append(
+                f"round {round_number}: the producer failed: {err.strip()[-300:]}"
+            )
             return
         tally.producer_kills += 1
         killed_before = True
@@ -599,7 +714,9 @@ def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) 
 
     def start(slot: int) -> _Worker:
         tally.worker_processes += 1
-        return processes.worker(now + slot % (plan.stagger_seconds + 1), plan.lease_seconds)
+        return processes.worker(
+            now + slot % (plan.stagger_seconds + 1), plan.lease_seconds
+        )
 
     crowd = [start(slot) for slot in range(plan.workers)]
     kills = rng.randint(1, plan.max_kills_per_round) if plan.max_kills_per_round else 0
@@ -631,7 +748,9 @@ def _final_pass(db: Path | str, now: int, lease_seconds: int) -> int:
     """
     now = finish_queue(db, now, lease_seconds=lease_seconds)
     with Store(db, clock=ModelClock(now), create=False) as store:
-        expired = [m.event_id for m in store.dead_letters() if m.last_error == LEASE_EXPIRED]
+        expired = [
+            m.event_id for m in store.dead_letters() if m.last_error == LEASE_EXPIRED
+        ]
         if expired:
             store.redrive(expired)
     if expired:
@@ -639,22 +758,41 @@ def _final_pass(db: Path | str, now: int, lease_seconds: int) -> int:
     return len(expired)
 
 
-def _judge(state: FileState, sent: Mapping[str, Payload], tally: _Tally, plan: _Plan, *, seed: int,
-           redriven: int, seconds: float) -> ChaosResult:
+def _judge(
+    state: FileState,
+    sent: Mapping[str, Payload],
+    tally: _Tally,
+    plan: _Plan,
+    *,
+    seed: int,
+    redriven: int,
+    seconds: float,
+) -> ChaosResult:
     """Every invariant, with every event sent and the money; only toys may be dead, for their reason."""
     valid = {e for e, p in sent.items() if p["category"] != TOY}
     expected_total = sum(int(sent[e]["amount_cents"]) for e in valid)
-    violations = tally.violations + check_invariants(state, events=sent, expected_total=expected_total)
+    violations = tally.violations + check_invariants(
+        state, events=sent, expected_total=expected_total
+    )
     for m in state.messages:
-        if m.state == "dead" and (m.event_id in valid or m.last_error != "invalid_payload"):
-            violations.append(f"{m.event_id} is dead ({m.last_error}) after the final pass")
+        if m.state == "dead" and (
+            m.event_id in valid or m.last_error != "invalid_payload"
+        ):
+            violations.append(
+                f"{m.event_id} is dead ({m.last_error}) after the final pass"
+            )
     lost, doubled = losses_and_doubles(state, sent, valid)
     # An effect INSERT refused by the unique key was an attempt to double: count it, wherever it shows.
     doubled += _unique_key_refusals(state)
-    doubled += sum("constraint_violation" in e.stderr or any(words in e.stderr for words in _UNIQUE_KEY_REFUSALS)
-                   for e in tally.exits)
+    doubled += sum(
+        "constraint_violation" in e.stderr
+        or any(words in e.stderr for words in _UNIQUE_KEY_REFUSALS)
+        for e in tally.exits
+    )
     errors = [e for e in tally.exits if e.error]
-    violations += [f"a worker exited with {e.status}: {e.stderr[-300:]}" for e in errors]
+    violations += [
+        f"a worker exited with {e.status}: {e.stderr[-300:]}" for e in errors
+    ]
     clean = [e.summary for e in tally.exits if e.summary]
     worker_kills = sum(e.killed for e in tally.exits)
     by_state = Counter(m.state for m in state.messages)
@@ -681,7 +819,9 @@ def _judge(state: FileState, sent: Mapping[str, Payload], tally: _Tally, plan: _
         worker_errors=len(errors),
         tracebacks=sum(e.traceback for e in tally.exits),
         lease_lost_reported=sum(s.lease_lost for s in clean),
-        completed_by_a_later_generation=sum(m.state == "done" and m.generation > 1 for m in state.messages),
+        completed_by_a_later_generation=sum(
+            m.state == "done" and m.generation > 1 for m in state.messages
+        ),
         lease_expired_redriven=redriven,
         done=by_state["done"],
         dead=by_state["dead"],

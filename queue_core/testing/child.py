@@ -54,18 +54,28 @@ from ..clock import ModelClock
 from ..errors import QueueError
 from ..ledger import Handler, has_effect
 from ..receipts import ReceiptHandler
-from ..store import BATCH_OPERATIONS, DEFAULT_LEASE_SECONDS, OPERATIONS, PROBE_POINTS, Lease, Store
+from ..store import (
+    BATCH_OPERATIONS,
+    DEFAULT_LEASE_SECONDS,
+    OPERATIONS,
+    PROBE_POINTS,
+    Lease,
+    Store,
+)
 from .faults import FaultPlan, Tracer
 
 CRASH_EXIT_CODE = 86
-NOT_REACHED_EXIT_CODE = 3  # the operation ran to its end: the point was never reached (a wrong case)
+# the operation ran to its end: the point was never reached (a wrong case)
+NOT_REACHED_EXIT_CODE = 3
 HOWS = ("exit", "sigkill")
 
 
 def points_of(operation: str) -> frozenset[str]:
     """The probe points ``operation`` may reach: its own, and for a batch its messages' operation's."""
     if operation not in OPERATIONS:
-        raise ValueError(f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}")
+        raise ValueError(
+            f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}"
+        )
     prefixes: tuple[str, ...] = (f"{operation}.",)
     if operation in BATCH_OPERATIONS:
         prefixes += (f"{operation.removesuffix('_many')}.",)
@@ -81,11 +91,15 @@ def parse_lease_argument(text: str) -> Lease:
     """``ID:GEN:ATTEMPT:UNTIL`` back into a Lease (argparse's ``type=`` for ``--lease``)."""
     parts = text.split(":")
     if len(parts) != 4 or not parts[0]:
-        raise argparse.ArgumentTypeError(f"a lease is ID:GEN:ATTEMPT:UNTIL, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a lease is ID:GEN:ATTEMPT:UNTIL, got {text!r}"
+        )
     try:
         generation, attempt, lease_until = (int(part) for part in parts[1:])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"a lease's GEN, ATTEMPT and UNTIL are integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"a lease's GEN, ATTEMPT and UNTIL are integers, got {text!r}"
+        ) from None
     return Lease(parts[0], generation, attempt, lease_until)
 
 
@@ -118,7 +132,9 @@ def child_command(
     ``leases`` (completed in that order).
     """
     if operation not in OPERATIONS:
-        raise ValueError(f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}")
+        raise ValueError(
+            f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}"
+        )
     if receipts and operation not in ("complete", "complete_many"):
         raise ValueError("receipts=True applies only to complete and complete_many")
     command = [sys.executable, "-m", "queue_core.testing.child", operation, str(db)]
@@ -145,7 +161,12 @@ def child_command(
     elif operation in ("complete", "fail", "extend"):
         if lease is None:
             raise ValueError(f"{operation} needs lease=Lease(...)")
-        command += [lease.event_id, str(lease.generation), str(lease.attempt), str(lease.lease_until)]
+        command += [
+            lease.event_id,
+            str(lease.generation),
+            str(lease.attempt),
+            str(lease.lease_until),
+        ]
         if operation == "extend":
             command += ["--lease-seconds", str(lease_seconds)]
         elif operation == "complete":
@@ -170,7 +191,9 @@ def child_command(
     return command + ["--point", point, "--hit", str(hit), "--how", how]
 
 
-def run_crashing(db: str | Path, operation: str, *, capture: bool = False, **options: object) -> int:
+def run_crashing(
+    db: str | Path, operation: str, *, capture: bool = False, **options: object
+) -> int:
     """Run ``operation`` in a child process that dies at ``point``; return its exit status.
 
     ``options`` are those of ``child_command``. The status is ``CRASH_EXIT_CODE``
@@ -183,7 +206,11 @@ def run_crashing(db: str | Path, operation: str, *, capture: bool = False, **opt
 
 
 def run_crashing_completion(
-    db: str | Path, lease: Lease, now: int, point: str = "complete.after_effect", how: str = "exit"
+    db: str | Path,
+    lease: Lease,
+    now: int,
+    point: str = "complete.after_effect",
+    how: str = "exit",
 ) -> int:
     """Complete ``lease`` in a child process that dies at ``point``; return its exit status."""
     return run_crashing(db, "complete", lease=lease, now=now, point=point, how=how)
@@ -209,15 +236,24 @@ def _plan(point: str, hit: int, how: str) -> FaultPlan:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--now", type=int, required=True, help="model time in whole seconds")
+    common.add_argument(
+        "--now", type=int, required=True, help="model time in whole seconds"
+    )
     common.add_argument("--point", help="fault point, e.g. complete.after_effect")
-    common.add_argument("--trace", action="store_true",
-                        help="do not die: run the operation and print every fault point it reached, in order")
-    common.add_argument("--hit", type=int, default=1, help="die at the N-th time the point is reached")
+    common.add_argument(
+        "--trace",
+        action="store_true",
+        help="do not die: run the operation and print every fault point it reached, in order",
+    )
+    common.add_argument(
+        "--hit", type=int, default=1, help="die at the N-th time the point is reached"
+    )
     common.add_argument("--how", choices=HOWS, default="exit")
 
-    parser = argparse.ArgumentParser(prog="python -m queue_core.testing.child",
-                                     description="Run one write operation and die at a fault point.")
+    parser = argparse.ArgumentParser(
+        prog="python -m queue_core.testing.child",
+        description="Run one write operation and die at a fault point.",
+    )
     ops = parser.add_subparsers(dest="operation", required=True)
     enqueue = ops.add_parser("enqueue", parents=[common])
     enqueue.add_argument("db", type=Path)
@@ -235,9 +271,17 @@ def _parser() -> argparse.ArgumentParser:
         if name == "extend":
             op.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
         elif name == "complete":
-            op.add_argument("--category", action="append", default=[], help="also accept this category")
-            op.add_argument("--receipts", action="store_true",
-                            help="complete under a ReceiptHandler (tenant and operation from the payload)")
+            op.add_argument(
+                "--category",
+                action="append",
+                default=[],
+                help="also accept this category",
+            )
+            op.add_argument(
+                "--receipts",
+                action="store_true",
+                help="complete under a ReceiptHandler (tenant and operation from the payload)",
+            )
         else:
             op.add_argument("--code", required=True)
             op.add_argument("--permanent", action="store_true")
@@ -246,16 +290,29 @@ def _parser() -> argparse.ArgumentParser:
     redrive.add_argument("event_ids", nargs="+")
     claim_many = ops.add_parser("claim_many", parents=[common])
     claim_many.add_argument("db", type=Path)
-    claim_many.add_argument("--count", type=int, required=True, help="lease up to K messages")
+    claim_many.add_argument(
+        "--count", type=int, required=True, help="lease up to K messages"
+    )
     claim_many.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
     complete_many = ops.add_parser("complete_many", parents=[common])
     complete_many.add_argument("db", type=Path)
-    complete_many.add_argument("--lease", dest="leases", action="append", type=parse_lease_argument,
-                               required=True, metavar="ID:GEN:ATTEMPT:UNTIL",
-                               help="a lease to complete (repeatable; completed in this order)")
-    complete_many.add_argument("--category", action="append", default=[], help="also accept this category")
-    complete_many.add_argument("--receipts", action="store_true",
-                               help="complete under a ReceiptHandler (tenant and operation from the payload)")
+    complete_many.add_argument(
+        "--lease",
+        dest="leases",
+        action="append",
+        type=parse_lease_argument,
+        required=True,
+        metavar="ID:GEN:ATTEMPT:UNTIL",
+        help="a lease to complete (repeatable; completed in this order)",
+    )
+    complete_many.add_argument(
+        "--category", action="append", default=[], help="also accept this category"
+    )
+    complete_many.add_argument(
+        "--receipts",
+        action="store_true",
+        help="complete under a ReceiptHandler (tenant and operation from the payload)",
+    )
     return parser
 
 
@@ -271,7 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.trace:
         probe = tracer
     elif args.point not in points_of(args.operation):
-        print(f"{args.point!r} is not a fault point of {args.operation}", file=sys.stderr)
+        print(
+            f"{args.point!r} is not a fault point of {args.operation}", file=sys.stderr
+        )
         return 2
     elif args.hit < 1:
         print("--hit must be 1 or more", file=sys.stderr)
@@ -281,10 +340,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Closed at the end of a run that did not die; a child that dies leaves its
         # connection (and its uncheckpointed WAL) behind, as a crashed process does.
-        with Store(args.db, clock=ModelClock(args.now), create=False, probe=probe) as store:
+        with Store(
+            args.db, clock=ModelClock(args.now), create=False, probe=probe
+        ) as store:
             _run(store, args)
-    except (QueueError, ValueError) as exc:  # ValueError: a count or lease the store refuses
-        print(f"{args.operation} refused: {getattr(exc, 'code', 'invalid_argument')}: {exc}", file=sys.stderr)
+    # ValueError: a count or lease the store refuses
+    except (QueueError, ValueError) as exc:
+        print(
+            f"{args.operation} refused: {getattr(exc, 'code', 'invalid_argument')}: {exc}",
+            file=sys.stderr,
+        )
         return 2
     if args.trace:
         mine = points_of(args.operation)

@@ -27,7 +27,9 @@ class FaultPlan:
     def arm(self, point: str, action: Callable[[], None]) -> FaultPlan:
         """Run ``action`` when ``point`` is reached; returns the plan for chaining."""
         if point not in PROBE_POINTS:
-            raise ValueError(f"unknown fault point {point!r}; known: {', '.join(sorted(PROBE_POINTS))}")
+            raise ValueError(
+                f"unknown fault point {point!r}; known: {', '.join(sorted(PROBE_POINTS))}"
+            )
         self._armed[point] = action
         return self
 

@@ -24,7 +24,11 @@ def module_name(path: Path, root: Path) -> str:
 def import_graph(root: Path | None = None) -> dict[str, set[str]]:
     """For each module of the package (``__init__`` files left out), the package modules it imports."""
     root = root or Path(__file__).resolve().parent.parent
-    modules = {module_name(p, root): p for p in sorted(root.rglob("*.py")) if p.name != "__init__.py"}
+    modules = {
+        module_name(p, root): p
+        for p in sorted(root.rglob("*.py"))
+        if p.name != "__init__.py"
+    }
     packages = {module_name(p, root) for p in root.rglob("__init__.py")} - {""}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
@@ -33,10 +37,12 @@ def import_graph(root: Path | None = None) -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
-                    base = here[: len(here) - node.level + 1] if node.level > 1 else here
+                    base = (
+                        here[: len(here) - node.level + 1] if node.level > 1 else here
+                    )
                     prefix = ".".join(base + ([node.module] if node.module else []))
                 elif node.module and node.module.split(".")[0] == PACKAGE:
-                    prefix = node.module[len(PACKAGE) + 1:]
+                    prefix = node.module[len(PACKAGE) + 1 :]
                 else:
                     continue
                 for alias in node.names:
@@ -50,7 +56,7 @@ def import_graph(root: Path | None = None) -> dict[str, set[str]]:
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith(PACKAGE + "."):
-                        candidate = alias.name[len(PACKAGE) + 1:]
+                        candidate = alias.name[len(PACKAGE) + 1 :]
                         if candidate in modules:
                             targets.add(candidate)
         targets.discard(name)
@@ -69,7 +75,7 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
         path.append(node)
         for target in sorted(graph.get(node, ())):
             if state.get(target) == 1:
-                found.append(path[path.index(target):] + [target])
+                found.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target)
         path.pop()

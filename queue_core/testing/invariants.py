@@ -39,8 +39,14 @@ EffectRow = tuple[str, str, int]  # event_id, category, amount_cents
 ReceiptRow = tuple[str, str, str, str]  # tenant, operation, payload, effect
 
 __all__ = [
-    "EffectRow", "FileState", "Payload", "ReceiptRow",
-    "check_invariants", "finish_queue", "losses_and_doubles", "read_file",
+    "EffectRow",
+    "FileState",
+    "Payload",
+    "ReceiptRow",
+    "check_invariants",
+    "finish_queue",
+    "losses_and_doubles",
+    "read_file",
 ]
 
 
@@ -66,7 +72,9 @@ class FileState:
     def message(self, event_id: str) -> Message | None:
         return next((m for m in self.messages if m.event_id == event_id), None)
 
-    def rows(self) -> tuple[tuple[Message, ...], tuple[EffectRow, ...], tuple[ReceiptRow, ...]]:
+    def rows(
+        self,
+    ) -> tuple[tuple[Message, ...], tuple[EffectRow, ...], tuple[ReceiptRow, ...]]:
         """Messages, effects and receipts: what "the same state" means for the crash matrix."""
         return self.messages, self.effects, self.receipts
 
@@ -93,7 +101,11 @@ class FileState:
     def receipt_of(self, m: Message) -> ReceiptRow | None:
         """The receipt stored under the operation ``m``'s payload names, if any."""
         key = _operation_key(m)
-        return next((r for r in self.receipts if (r[0], r[1]) == key), None) if key else None
+        return (
+            next((r for r in self.receipts if (r[0], r[1]) == key), None)
+            if key
+            else None
+        )
 
 
 def read_file(db: str | Path) -> FileState:
@@ -127,18 +139,32 @@ def read_file(db: str | Path) -> FileState:
         conn.execute("BEGIN")  # one consistent snapshot for all the reads below
         integrity = tuple(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
         foreign = len(conn.execute("PRAGMA foreign_key_check").fetchall())
-        messages = tuple(Message(*row) for row in conn.execute(
-            "SELECT event_id, payload, state, attempts, generation, available_at, lease_until, last_error,"
-            " last_detail FROM messages ORDER BY event_id"))
+        messages = tuple(
+            Message(*row)
+            for row in conn.execute(
+                "SELECT event_id, payload, state, attempts, generation, available_at, lease_until, last_error,"
+                " last_detail FROM messages ORDER BY event_id"
+            )
+        )
         has_effects = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effects'").fetchone()
-        effects: tuple[EffectRow, ...] = tuple(
-            (str(e), str(c), int(a)) for e, c, a in conn.execute(
-                "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id")
-        ) if has_effects else ()
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effects'"
+        ).fetchone()
+        effects: tuple[EffectRow, ...] = (
+            tuple(
+                (str(e), str(c), int(a))
+                for e, c, a in conn.execute(
+                    "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id"
+                )
+            )
+            if has_effects
+            else ()
+        )
         receipts: tuple[ReceiptRow, ...] = tuple(
-            (str(t), str(o), str(p), str(e)) for t, o, p, e in conn.execute(
-                "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"))
+            (str(t), str(o), str(p), str(e))
+            for t, o, p, e in conn.execute(
+                "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"
+            )
+        )
         conn.execute("ROLLBACK")
     finally:
         conn.close()
@@ -153,25 +179,47 @@ def _read_postgres(url: str) -> FileState:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
             # Read the rows themselves (sequential scans), not an index that could disagree with them.
-            for setting in ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"):
+            for setting in (
+                "enable_indexscan",
+                "enable_indexonlyscan",
+                "enable_bitmapscan",
+            ):
                 conn.execute(f"SET LOCAL {setting} = off")
             integrity = _postgres_constraint_recheck(conn)
             foreign = _postgres_dangling_references(conn)
-            messages = tuple(Message(*row) for row in conn.execute(
-                "SELECT event_id, payload, state, attempts, generation, available_at, lease_until, last_error,"
-                " last_detail FROM messages ORDER BY event_id COLLATE \"C\""))
-            has_effects = conn.execute("SELECT to_regclass('effects') IS NOT NULL").fetchone()
-            effects: tuple[EffectRow, ...] = tuple(
-                (str(e), str(c), int(a)) for e, c, a in conn.execute(
-                    "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id COLLATE \"C\"")
-            ) if has_effects and has_effects[0] else ()
+            messages = tuple(
+                Message(*row)
+                for row in conn.execute(
+                    "SELECT event_id, payload, state, attempts, generation, available_at, lease_until, last_error,"
+                    ' last_detail FROM messages ORDER BY event_id COLLATE "C"'
+                )
+            )
+            has_effects = conn.execute(
+                "SELECT to_regclass('effects') IS NOT NULL"
+            ).fetchone()
+            effects: tuple[EffectRow, ...] = (
+                tuple(
+                    (str(e), str(c), int(a))
+                    for e, c, a in conn.execute(
+                        'SELECT event_id, category, amount_cents FROM effects ORDER BY event_id COLLATE "C"'
+                    )
+                )
+                if has_effects and has_effects[0]
+                else ()
+            )
             receipts: tuple[ReceiptRow, ...] = tuple(
-                (str(t), str(o), str(p), str(e)) for t, o, p, e in conn.execute(
+                (str(t), str(o), str(p), str(e))
+                for t, o, p, e in conn.execute(
                     "SELECT tenant, operation, payload, effect FROM receipts"
-                    " ORDER BY tenant COLLATE \"C\", operation COLLATE \"C\""))
+                    ' ORDER BY tenant COLLATE "C", operation COLLATE "C"'
+                )
+            )
         finally:
-            conn.execute("ROLLBACK")  # also ends a transaction a failed read left aborted
-    return FileState(integrity, foreign, messages, effects, receipts, engine="postgresql")
+            # also ends a transaction a failed read left aborted
+            conn.execute("ROLLBACK")
+    return FileState(
+        integrity, foreign, messages, effects, receipts, engine="postgresql"
+    )
 
 
 # The declared constraints of the tables in the current schema: CHECK ('c'), primary key ('p'),
@@ -211,24 +259,35 @@ def _postgres_constraint_recheck(conn: psycopg.Connection[Any]) -> tuple[str, ..
     def count(query: sql.Composed) -> int:
         return _count(conn, query)
 
-    for table, name, kind, expression, columns, _, _ in conn.execute(_CONSTRAINTS).fetchall():
+    for table, name, kind, expression, columns, _, _ in conn.execute(
+        _CONSTRAINTS
+    ).fetchall():
         if kind == "c":
             # The server's own text of the CHECK: a row breaks it where it is false (NULL passes, as in a CHECK).
-            broken = count(sql.SQL("SELECT count(*) FROM {} WHERE NOT ({})").format(
-                sql.Identifier(table), sql.SQL(expression)))
+            broken = count(
+                sql.SQL("SELECT count(*) FROM {} WHERE NOT ({})").format(
+                    sql.Identifier(table), sql.SQL(expression)
+                )
+            )
             what = f"CHECK {name}"
         elif kind in ("p", "u"):
             keys = sql.SQL(", ").join(map(sql.Identifier, columns))
-            broken = count(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} GROUP BY {} HAVING count(*) > 1) AS d")
-                           .format(sql.Identifier(table), keys))
+            broken = count(
+                sql.SQL(
+                    "SELECT count(*) FROM (SELECT 1 FROM {} GROUP BY {} HAVING count(*) > 1) AS d"
+                ).format(sql.Identifier(table), keys)
+            )
             what = f"{'primary key' if kind == 'p' else 'unique key'} {name} (keys stored twice)"
         else:
             continue  # foreign keys: _postgres_dangling_references
         if broken:
             problems.append(f"{table}: {broken} row(s) break {what}")
     for table, column in conn.execute(_NOT_NULL_COLUMNS).fetchall():
-        broken = count(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NULL").format(
-            sql.Identifier(table), sql.Identifier(column)))
+        broken = count(
+            sql.SQL("SELECT count(*) FROM {} WHERE {} IS NULL").format(
+                sql.Identifier(table), sql.Identifier(column)
+            )
+        )
         if broken:
             problems.append(f"{table}: {broken} row(s) break NOT NULL {column}")
     return tuple(problems) or ("ok",)
@@ -239,15 +298,24 @@ def _postgres_dangling_references(conn: psycopg.Connection[Any]) -> int:
     from psycopg import sql
 
     dangling = 0
-    for table, _, kind, _, columns, parent, parent_columns in conn.execute(_CONSTRAINTS).fetchall():
+    for table, _, kind, _, columns, parent, parent_columns in conn.execute(
+        _CONSTRAINTS
+    ).fetchall():
         if kind != "f":
             continue
-        present = sql.SQL(" AND ").join(sql.SQL("c.{} IS NOT NULL").format(sql.Identifier(c)) for c in columns)
-        match = sql.SQL(" AND ").join(sql.SQL("p.{} = c.{}").format(sql.Identifier(p), sql.Identifier(c))
-                                      for c, p in zip(columns, parent_columns))
-        dangling += _count(conn, sql.SQL(
-            "SELECT count(*) FROM {} AS c WHERE {} AND NOT EXISTS (SELECT 1 FROM {} AS p WHERE {})"
-        ).format(sql.Identifier(table), present, sql.Identifier(parent), match))
+        present = sql.SQL(" AND ").join(
+            sql.SQL("c.{} IS NOT NULL").format(sql.Identifier(c)) for c in columns
+        )
+        match = sql.SQL(" AND ").join(
+            sql.SQL("p.{} = c.{}").format(sql.Identifier(p), sql.Identifier(c))
+            for c, p in zip(columns, parent_columns)
+        )
+        dangling += _count(
+            conn,
+            sql.SQL(
+                "SELECT count(*) FROM {} AS c WHERE {} AND NOT EXISTS (SELECT 1 FROM {} AS p WHERE {})"
+            ).format(sql.Identifier(table), present, sql.Identifier(parent), match),
+        )
     return dangling
 
 
@@ -267,7 +335,11 @@ def _operation_key(m: Message) -> tuple[str, str] | None:
     if not isinstance(payload, dict):
         return None
     tenant, operation = payload.get("tenant"), payload.get("operation")
-    return (tenant, operation) if isinstance(tenant, str) and isinstance(operation, str) else None
+    return (
+        (tenant, operation)
+        if isinstance(tenant, str) and isinstance(operation, str)
+        else None
+    )
 
 
 def check_invariants(
@@ -325,13 +397,17 @@ def check_invariants(
     if state.foreign_key_errors:
         check = "foreign keys (anti-join)" if postgres else "foreign_key_check"
         violations.append(f"{check}: {state.foreign_key_errors} dangling reference(s)")
-    violations += _message_violations(state, finished=finished, max_attempts=max_attempts)
+    violations += _message_violations(
+        state, finished=finished, max_attempts=max_attempts
+    )
     violations += _effect_violations(state)
     violations += _receipt_violations(state)
     if events is not None:
         violations += _sent_violations(state, events)
     if expected_total is not None and state.total_cents != expected_total:
-        violations.append(f"money: effects add up to {state.total_cents}, expected {expected_total}")
+        violations.append(
+            f"money: effects add up to {state.total_cents}, expected {expected_total}"
+        )
     return violations
 
 
@@ -344,7 +420,9 @@ def _postgres_errors(db: str | Path) -> tuple[type[Exception], ...]:
     return (psycopg.Error,)
 
 
-def _message_violations(state: FileState, *, finished: bool, max_attempts: int) -> list[str]:
+def _message_violations(
+    state: FileState, *, finished: bool, max_attempts: int
+) -> list[str]:
     """Each message: its effects (or the proof of a receipt), its reason, attempts and generation."""
     violations = []
     effects_per_event = Counter(event_id for event_id, _, _ in state.effects)
@@ -354,22 +432,37 @@ def _message_violations(state: FileState, *, finished: bool, max_attempts: int) 
             violations.append(f"{m.event_id} is done with {count} effects (doubled)")
         elif m.state == "done" and count == 0 and state.receipt_proof(m) is None:
             receipt = state.receipt_of(m)
-            why = ("and no receipt of its operation" if receipt is None
-                   else f"and the receipt of {receipt[0]}/{receipt[1]} is no proof (effect {receipt[3]} "
-                        f"{'missing' if effects_per_event.get(receipt[3], 0) == 0 else 'of another payload'})")
+            why = (
+                "and no receipt of its operation"
+                if receipt is None
+                else f"and the receipt of {receipt[0]}/{receipt[1]} is no proof (effect {receipt[3]} "
+                f"{'missing' if effects_per_event.get(receipt[3], 0) == 0 else 'of another payload'})"
+            )
             violations.append(f"{m.event_id} is done with 0 effects {why} (lost)")
         receipt = state.receipt_of(m) if count else None
         if receipt is not None and receipt[3] != m.event_id:
-            violations.append(f"{m.event_id} has an effect of its own, but the receipt of its operation "
-                              f"{receipt[0]}/{receipt[1]} names {receipt[3]} (the operation is doubled)")
+            violations.append(
+                f"{m.event_id} has an effect of its own, but the receipt of its operation "
+                f"{receipt[0]}/{receipt[1]} names {receipt[3]} (the operation is doubled)"
+            )
         if m.state == "dead" and not m.last_error:
             violations.append(f"{m.event_id} is dead without a recorded reason")
         if m.generation < m.attempts:
-            violations.append(f"{m.event_id}: generation {m.generation} < attempts {m.attempts}")
+            violations.append(
+                f"{m.event_id}: generation {m.generation} < attempts {m.attempts}"
+            )
         if m.attempts > max_attempts:
-            violations.append(f"{m.event_id}: {m.attempts} attempts, more than the budget of {max_attempts}")
-        if m.state == "dead" and m.last_error == LEASE_EXPIRED and m.attempts != max_attempts:
-            violations.append(f"{m.event_id}: dead of {LEASE_EXPIRED} after {m.attempts} attempts")
+            violations.append(
+                f"{m.event_id}: {m.attempts} attempts, more than the budget of {max_attempts}"
+            )
+        if (
+            m.state == "dead"
+            and m.last_error == LEASE_EXPIRED
+            and m.attempts != max_attempts
+        ):
+            violations.append(
+                f"{m.event_id}: dead of {LEASE_EXPIRED} after {m.attempts} attempts"
+            )
         if finished and m.state not in ("done", "dead"):
             violations.append(f"{m.event_id} is still {m.state} after the final pass")
     return violations
@@ -382,12 +475,16 @@ def _effect_violations(state: FileState) -> list[str]:
     for event_id, category, amount in state.effects:
         m = messages.get(event_id)
         if m is None or m.state != "done":
-            violations.append(f"effect of {event_id} without a done message "
-                              f"({'no message' if m is None else m.state})")
+            violations.append(
+                f"effect of {event_id} without a done message "
+                f"({'no message' if m is None else m.state})"
+            )
             continue
         payload = json.loads(m.payload)
         if (payload.get("category"), payload.get("amount_cents")) != (category, amount):
-            violations.append(f"effect of {event_id} is {category} {amount}, its payload says otherwise")
+            violations.append(
+                f"effect of {event_id} is {category} {amount}, its payload says otherwise"
+            )
     return violations
 
 
@@ -397,7 +494,9 @@ def _receipt_violations(state: FileState) -> list[str]:
     effects = {event_id for event_id, _, _ in state.effects}
     for tenant, operation, _, effect in state.receipts:
         if effect not in effects:
-            violations.append(f"receipt {tenant}/{operation} names {effect}, which has no effect")
+            violations.append(
+                f"receipt {tenant}/{operation} names {effect}, which has no effect"
+            )
     receipts_per_effect = Counter(effect for _, _, _, effect in state.receipts)
     for effect, count in sorted(receipts_per_effect.items()):
         if count > 1:
@@ -425,7 +524,9 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def losses_and_doubles(state: FileState, sent: Mapping[str, Payload], valid: set[str]) -> tuple[int, int]:
+def losses_and_doubles(
+    state: FileState, sent: Mapping[str, Payload], valid: set[str]
+) -> tuple[int, int]:
     """How many effects were lost and how many doubled, counted (the checker lists them).
 
     Losses: a sent event not stored, a valid event not done, a done message
@@ -437,17 +538,36 @@ def losses_and_doubles(state: FileState, sent: Mapping[str, Payload], valid: set
     effects = Counter(e for e, _, _ in state.effects)
     lost = sum(1 for e in sent if e not in messages)
     lost += sum(1 for e in valid if e in messages and messages[e].state != "done")
-    lost += sum(1 for m in state.messages
-                if m.state == "done" and effects[m.event_id] == 0 and state.receipt_proof(m) is None)
+    lost += sum(
+        1
+        for m in state.messages
+        if m.state == "done"
+        and effects[m.event_id] == 0
+        and state.receipt_proof(m) is None
+    )
     doubled = sum(n - 1 for n in effects.values() if n > 1)
-    doubled += sum(1 for e in effects if e not in messages or messages[e].state != "done")
-    doubled += sum(1 for m in state.messages if effects[m.event_id]
-                   and (r := state.receipt_of(m)) is not None and r[3] != m.event_id)
+    doubled += sum(
+        1 for e in effects if e not in messages or messages[e].state != "done"
+    )
+    doubled += sum(
+        1
+        for m in state.messages
+        if effects[m.event_id]
+        and (r := state.receipt_of(m)) is not None
+        and r[3] != m.event_id
+    )
     return lost, doubled
 
 
-def finish_queue(db: str | Path, now: int, *, categories: Sequence[str] = (), lease_seconds: int = 2,
-                 receipts: bool = False, max_passes: int = 1_000) -> int:
+def finish_queue(
+    db: str | Path,
+    now: int,
+    *,
+    categories: Sequence[str] = (),
+    lease_seconds: int = 2,
+    receipts: bool = False,
+    max_passes: int = 1_000,
+) -> int:
     """A fresh worker finishes the queue: work, let model time pass, until nothing is ready or leased.
 
     ``db`` is a queue file or a ``postgresql://`` URL. The worker runs the

@@ -41,12 +41,32 @@ from ..receipts import ReceiptHandler
 from ..store import LEASE_EXPIRED, PROBE_POINTS, Lease, Store
 from ..worker import work
 from .child import CRASH_EXIT_CODE, HOWS, child_command
-from .invariants import FileState, Payload, check_invariants, finish_queue, losses_and_doubles, read_file
+from .invariants import (
+    FileState,
+    Payload,
+    check_invariants,
+    finish_queue,
+    losses_and_doubles,
+    read_file,
+)
 
 __all__ = [
-    "BATCH_EVENTS", "COMMITTED", "DEMO_EVENTS", "RECEIPT_EVENTS", "ROLLED_BACK", "SCENARIOS",
-    "CrashRow", "Prepared", "Scenario",
-    "batch_text", "crash_matrix", "crash_rows", "points_covered", "prepare", "run_case", "uncovered_points",
+    "BATCH_EVENTS",
+    "COMMITTED",
+    "DEMO_EVENTS",
+    "RECEIPT_EVENTS",
+    "ROLLED_BACK",
+    "SCENARIOS",
+    "CrashRow",
+    "Prepared",
+    "Scenario",
+    "batch_text",
+    "crash_matrix",
+    "crash_rows",
+    "points_covered",
+    "prepare",
+    "run_case",
+    "uncovered_points",
 ]
 
 BOOK, PEN, TOY = "book", "pen", "toy"
@@ -54,15 +74,20 @@ DEMO_EVENTS: dict[str, Payload] = {
     "E0001": {"category": BOOK, "amount_cents": 10000},
     "E0002": {"category": PEN, "amount_cents": 2000},
     "E0003": {"category": BOOK, "amount_cents": 5000},
-    "E0004": {"category": TOY, "amount_cents": 3000},  # dead: this handler version does not know toys
+    # dead: this handler version does not know toys
+    "E0004": {"category": TOY, "amount_cents": 3000},
 }
 START = 1000
 LEASE = 2
 
-FinalState = tuple[str, int, int, "str | None"]  # state, attempts, generation, last_error
+# state, attempts, generation, last_error
+FinalState = tuple[str, int, int, "str | None"]
 _DONE: FinalState = ("done", 1, 1, None)
 _DEMO_FINAL: dict[str, FinalState] = {
-    "E0001": _DONE, "E0002": _DONE, "E0003": _DONE, "E0004": ("dead", 1, 1, "invalid_payload"),
+    "E0001": _DONE,
+    "E0002": _DONE,
+    "E0003": _DONE,
+    "E0004": ("dead", 1, 1, "invalid_payload"),
 }
 ROLLED_BACK, COMMITTED = "rolled back", "committed"
 PARTIAL = "partial"  # neither: a violation
@@ -100,7 +125,8 @@ class Scenario:
     expect: Mapping[str, Mapping[str, FinalState]]
     show: tuple[str, ...]
     categories: tuple[str, ...] = ()  # extra categories of the fresh worker's handler
-    resend: str | None = None  # what the caller repeats when it heard no answer: "enqueue" or "redrive"
+    # what the caller repeats when it heard no answer: "enqueue" or "redrive"
+    resend: str | None = None
     spec: str = ""
     # Completions under a ReceiptHandler (child and fresh worker): the receipts table each branch
     # must end with, (tenant, operation) -> the event whose effect it names. None: a plain handler.
@@ -119,7 +145,9 @@ class Scenario:
 
     def expected_total(self, branch: str) -> int:
         """The money after the fresh worker: an operation ACKed twice counts once."""
-        return sum(int(self.events[e]["amount_cents"]) for e in self.effect_holders(branch))
+        return sum(
+            int(self.events[e]["amount_cents"]) for e in self.effect_holders(branch)
+        )
 
 
 def _claims(store: Store, clock: ModelClock, times: Sequence[int]) -> Lease:
@@ -144,9 +172,12 @@ def _setup_claim(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any
     return {"now": START, "lease_seconds": LEASE}
 
 
-def _setup_claim_expired(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+def _setup_claim_expired(
+    store: Store, clock: ModelClock, folder: Path
+) -> dict[str, Any]:
     store.enqueue(batch_text(DEMO_EVENTS))
-    lease = _claims(store, clock, (START, START + LEASE, START + 2 * LEASE))  # E0001 three times, each expired
+    # E0001 three times, each expired
+    lease = _claims(store, clock, (START, START + LEASE, START + 2 * LEASE))
     return {"now": lease.lease_until, "lease_seconds": LEASE}
 
 
@@ -158,10 +189,13 @@ def _setup_complete(store: Store, clock: ModelClock, folder: Path) -> dict[str, 
 def _setup_extend(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
     store.enqueue(batch_text(DEMO_EVENTS))
     lease = store.claim(LEASE)
-    return {"now": START + 1, "lease": lease, "lease_seconds": 5 * LEASE}  # halfway through the lease
+    # halfway through the lease
+    return {"now": START + 1, "lease": lease, "lease_seconds": 5 * LEASE}
 
 
-def _setup_complete_refused(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+def _setup_complete_refused(
+    store: Store, clock: ModelClock, folder: Path
+) -> dict[str, Any]:
     store.enqueue(batch_text(DEMO_EVENTS))
     for _ in range(3):
         lease = store.claim(LEASE)
@@ -174,44 +208,65 @@ def _setup_fail(code: str, permanent: bool, claims: int) -> Setup:
     def setup(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
         store.enqueue(batch_text(DEMO_EVENTS))
         lease = _claims(store, clock, [START + LEASE * n for n in range(claims)])
-        return {"now": clock.now(), "lease": lease, "code": code, "permanent": permanent}
+        return {
+            "now": clock.now(),
+            "lease": lease,
+            "code": code,
+            "permanent": permanent,
+        }
+
     return setup
 
 
-REDRIVE_EVENTS: dict[str, Payload] = {**DEMO_EVENTS, "E0005": {"category": "bag", "amount_cents": 0}}
+REDRIVE_EVENTS: dict[str, Payload] = {
+    **DEMO_EVENTS,
+    "E0005": {"category": "bag", "amount_cents": 0},
+}
 
 
 def _setup_redrive(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
     store.enqueue(batch_text(REDRIVE_EVENTS))
-    work(store, ledger.Handler(), lease_seconds=LEASE)  # E0004 (toy) and E0005 (amount 0) go dead
+    # E0004 (toy) and E0005 (amount 0) go dead
+    work(store, ledger.Handler(), lease_seconds=LEASE)
     clock.set(START + 1)
     return {"now": START + 1, "event_ids": ["E0004", "E0005"]}
 
 
 # The batched path. claim_many: E0001's three leases have all expired and E0005 waits behind the others.
-BATCH_EVENTS: dict[str, Payload] = {**DEMO_EVENTS, "E0005": {"category": PEN, "amount_cents": 500}}
+BATCH_EVENTS: dict[str, Payload] = {
+    **DEMO_EVENTS,
+    "E0005": {"category": PEN, "amount_cents": 500},
+}
 _BATCH_FINAL: dict[str, FinalState] = {**_DEMO_FINAL, "E0005": _DONE}
 BATCH_COUNT = 3
 
 
 def _setup_claim_many(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
     store.enqueue(batch_text(BATCH_EVENTS))
-    lease = _claims(store, clock, (START, START + LEASE, START + 2 * LEASE))  # E0001 three times, each expired
+    # E0001 three times, each expired
+    lease = _claims(store, clock, (START, START + LEASE, START + 2 * LEASE))
     assert lease.event_id == "E0001" and lease.attempt == 3
     return {"now": lease.lease_until, "count": BATCH_COUNT, "lease_seconds": LEASE}
 
 
-def _setup_complete_many(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+def _setup_complete_many(
+    store: Store, clock: ModelClock, folder: Path
+) -> dict[str, Any]:
     """Leases of E0002 (valid), E0001 (stale: generation 2 was issued since) and E0004 (a toy), in that order."""
     store.enqueue(batch_text(DEMO_EVENTS))
     stale = store.claim(LEASE)  # E0001, generation 1; it expires ...
     clock.set(START + LEASE)
     current = store.claim(LEASE)  # ... and another worker holds generation 2 now
-    assert stale is not None and current is not None and (stale.event_id, current.event_id) == ("E0001", "E0001")
+    assert (
+        stale is not None
+        and current is not None
+        and (stale.event_id, current.event_id) == ("E0001", "E0001")
+    )
     valid = store.claim(LEASE)
     other = store.claim(LEASE)
     assert valid is not None and other is not None and other.event_id == "E0003"
-    store.complete(other, ledger.Handler())  # E0003 is done before the batch: not part of it
+    # E0003 is done before the batch: not part of it
+    store.complete(other, ledger.Handler())
     toy = store.claim(LEASE)
     assert toy is not None and (valid.event_id, toy.event_id) == ("E0002", "E0004")
     return {"now": clock.now(), "leases": [valid, stale, toy]}
@@ -224,12 +279,27 @@ def _both(final: Mapping[str, FinalState]) -> dict[str, dict[str, FinalState]]:
 # The same operation (north's order-7 charge) arrives twice, under E0001 and E0002 (a producer that
 # resent it under a new event id, a broker's redelivery); south's order-7 is another operation (tenants
 # are namespaces); E0004 is a toy that this handler version refuses.
-ORDER_7 = {"tenant": "north", "operation": "order-7:charge", "category": BOOK, "amount_cents": 10000}
+ORDER_7 = {
+    "tenant": "north",
+    "operation": "order-7:charge",
+    "category": BOOK,
+    "amount_cents": 10000,
+}
 RECEIPT_EVENTS: dict[str, Payload] = {
     "E0001": ORDER_7,
     "E0002": dict(ORDER_7),
-    "E0003": {"tenant": "south", "operation": "order-7:charge", "category": PEN, "amount_cents": 2000},
-    "E0004": {"tenant": "north", "operation": "order-8:charge", "category": TOY, "amount_cents": 3000},
+    "E0003": {
+        "tenant": "south",
+        "operation": "order-7:charge",
+        "category": PEN,
+        "amount_cents": 2000,
+    },
+    "E0004": {
+        "tenant": "north",
+        "operation": "order-8:charge",
+        "category": TOY,
+        "amount_cents": 3000,
+    },
 }
 NORTH_7, SOUTH_7 = ("north", "order-7:charge"), ("south", "order-7:charge")
 
@@ -239,129 +309,254 @@ def receipt_handler() -> ReceiptHandler:
     return ReceiptHandler(ledger.Handler(), effect_exists=ledger.has_effect)
 
 
-def _setup_receipt_first(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+def _setup_receipt_first(
+    store: Store, clock: ModelClock, folder: Path
+) -> dict[str, Any]:
     store.enqueue(batch_text(RECEIPT_EVENTS))
     return {"now": START, "lease": store.claim(LEASE)}  # E0001: effect + receipt + ACK
 
 
-def _setup_receipt_reused(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+def _setup_receipt_reused(
+    store: Store, clock: ModelClock, folder: Path
+) -> dict[str, Any]:
     store.enqueue(batch_text(RECEIPT_EVENTS))
     first = store.claim(LEASE)
     assert first is not None and first.event_id == "E0001"
     store.complete(first, receipt_handler())
-    return {"now": START, "lease": store.claim(LEASE)}  # E0002: ACKed on E0001's receipt
+    # E0002: ACKed on E0001's receipt
+    return {"now": START, "lease": store.claim(LEASE)}
 
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
-        "enqueue", "enqueue a batch", "enqueue", DEMO_EVENTS,
-        _setup_enqueue, _both(_DEMO_FINAL), ("E0003", "E0004"), resend="enqueue",
+        "enqueue",
+        "enqueue a batch",
+        "enqueue",
+        DEMO_EVENTS,
+        _setup_enqueue,
+        _both(_DEMO_FINAL),
+        ("E0003", "E0004"),
+        resend="enqueue",
         spec="Two of the four events are stored already; the batch has five lines (one of them twice). "
-             "It is stored whole or not at all; the producer, who heard no answer, sends it again, and "
-             "what was stored counts as duplicates."),
+        "It is stored whole or not at all; the producer, who heard no answer, sends it again, and "
+        "what was stored counts as duplicates.",
+    ),
     Scenario(
-        "claim", "claim", "claim", DEMO_EVENTS, _setup_claim,
-        {ROLLED_BACK: _DEMO_FINAL, COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)}}, ("E0001",),
+        "claim",
+        "claim",
+        "claim",
+        DEMO_EVENTS,
+        _setup_claim,
+        {
+            ROLLED_BACK: _DEMO_FINAL,
+            COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
+        },
+        ("E0001",),
         spec="The claim takes E0001. A committed claim whose worker died is a lease nobody works on: it "
-             "expires and the next claim takes the message again with the next generation (attempt 2)."),
+        "expires and the next claim takes the message again with the next generation (attempt 2).",
+    ),
     Scenario(
-        "claim-expired", "claim after a last lease expired", "claim",
-        DEMO_EVENTS, _setup_claim_expired,
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED)},
-         COMMITTED: {**_DEMO_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED), "E0002": ("done", 2, 2, None)}},
+        "claim-expired",
+        "claim after a last lease expired",
+        "claim",
+        DEMO_EVENTS,
+        _setup_claim_expired,
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED)},
+            COMMITTED: {
+                **_DEMO_FINAL,
+                "E0001": ("dead", 3, 3, LEASE_EXPIRED),
+                "E0002": ("done", 2, 2, None),
+            },
+        },
         ("E0001", "E0002"),
         spec="E0001's three leases have all expired: the budget is spent. The claim moves it to dead "
-             "(lease_expired) and leases the next message, E0002, in the same transaction."),
+        "(lease_expired) and leases the next message, E0002, in the same transaction.",
+    ),
     Scenario(
-        "complete", "complete → done", "complete", DEMO_EVENTS, _setup_complete,
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)}, COMMITTED: _DEMO_FINAL}, ("E0001",),
+        "complete",
+        "complete → done",
+        "complete",
+        DEMO_EVENTS,
+        _setup_complete,
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
+            COMMITTED: _DEMO_FINAL,
+        },
+        ("E0001",),
         spec="The completion of E0001's lease: effect and ACK commit together or not at all; a rolled-back "
-             "completion leaves the claim, which expires and is completed by generation 2."),
+        "completion leaves the claim, which expires and is completed by generation 2.",
+    ),
     Scenario(
-        "complete-refused", "complete → dead (handler refuses)", "complete", DEMO_EVENTS,
+        "complete-refused",
+        "complete → dead (handler refuses)",
+        "complete",
+        DEMO_EVENTS,
         _setup_complete_refused,
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0004": ("dead", 2, 2, "invalid_payload")}, COMMITTED: _DEMO_FINAL},
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0004": ("dead", 2, 2, "invalid_payload")},
+            COMMITTED: _DEMO_FINAL,
+        },
         ("E0004",),
         spec="The completion of E0004, a toy that this handler version refuses: a permanent failure goes "
-             "to dead with its code, without an effect."),
+        "to dead with its code, without an effect.",
+    ),
     Scenario(
-        "extend", "extend a lease (heartbeat)", "extend", DEMO_EVENTS, _setup_extend,
-        _both({**_DEMO_FINAL, "E0001": ("done", 2, 2, None)}), ("E0001",),
+        "extend",
+        "extend a lease (heartbeat)",
+        "extend",
+        DEMO_EVENTS,
+        _setup_extend,
+        _both({**_DEMO_FINAL, "E0001": ("done", 2, 2, None)}),
+        ("E0001",),
         spec="Halfway through E0001's lease, its worker extends it to end 10 s from now: the deadline "
-             "moves, nothing else (no attempt spent, the same generation). Either way the worker then dies: "
-             "the lease, extended or not, runs out, and generation 2 completes E0001."),
+        "moves, nothing else (no attempt spent, the same generation). Either way the worker then dies: "
+        "the lease, extended or not, runs out, and generation 2 completes E0001.",
+    ),
     Scenario(
-        "fail-temporary", "fail, temporary", "fail", DEMO_EVENTS,
+        "fail-temporary",
+        "fail, temporary",
+        "fail",
+        DEMO_EVENTS,
         _setup_fail("timeout", False, 1),
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
-         COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 2, 2, "timeout")}}, ("E0001",),
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
+            COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 2, 2, "timeout")},
+        },
+        ("E0001",),
         spec="The worker reports a temporary failure of E0001: back to ready with a backoff of 1 s; "
-             "attempt 2 completes it."),
+        "attempt 2 completes it.",
+    ),
     Scenario(
-        "fail-permanent", "fail, permanent", "fail", DEMO_EVENTS, _setup_fail("rejected", True, 1),
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
-         COMMITTED: {**_DEMO_FINAL, "E0001": ("dead", 1, 1, "rejected")}}, ("E0001",),
+        "fail-permanent",
+        "fail, permanent",
+        "fail",
+        DEMO_EVENTS,
+        _setup_fail("rejected", True, 1),
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
+            COMMITTED: {**_DEMO_FINAL, "E0001": ("dead", 1, 1, "rejected")},
+        },
+        ("E0001",),
         spec="The worker reports a permanent failure of E0001: straight to dead, keeping its code; if that "
-             "was rolled back, the message is simply worked again (and this handler accepts it)."),
+        "was rolled back, the message is simply worked again (and this handler accepts it).",
+    ),
     Scenario(
-        "fail-last", "fail, temporary, last attempt", "fail", DEMO_EVENTS,
+        "fail-last",
+        "fail, temporary, last attempt",
+        "fail",
+        DEMO_EVENTS,
         _setup_fail("timeout", False, 3),
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED)},
-         COMMITTED: {**_DEMO_FINAL, "E0001": ("dead", 3, 3, "timeout")}}, ("E0001",),
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED)},
+            COMMITTED: {**_DEMO_FINAL, "E0001": ("dead", 3, 3, "timeout")},
+        },
+        ("E0001",),
         spec="A temporary failure of E0001 on its third attempt ends in dead with its code; if it was "
-             "rolled back, the third lease expires and the next claim records lease_expired."),
+        "rolled back, the third lease expires and the next claim records lease_expired.",
+    ),
     Scenario(
-        "redrive", "redrive two dead letters", "redrive",
-        REDRIVE_EVENTS, _setup_redrive,
-        _both({**_DEMO_FINAL, "E0004": ("done", 1, 2, "invalid_payload"),
-               "E0005": ("dead", 1, 2, "invalid_payload")}),
-        ("E0004", "E0005"), categories=(TOY,), resend="redrive",
+        "redrive",
+        "redrive two dead letters",
+        "redrive",
+        REDRIVE_EVENTS,
+        _setup_redrive,
+        _both(
+            {
+                **_DEMO_FINAL,
+                "E0004": ("done", 1, 2, "invalid_payload"),
+                "E0005": ("dead", 1, 2, "invalid_payload"),
+            }
+        ),
+        ("E0004", "E0005"),
+        categories=(TOY,),
+        resend="redrive",
         spec="E0004 (a toy, now supported by the fresh worker) and E0005 (amount 0, still invalid) are "
-             "redriven together: attempts reset, generation kept, all or none; the operator redrives what is "
-             "still dead. Redriving without fixing the cause sends E0005 back to dead."),
+        "redriven together: attempts reset, generation kept, all or none; the operator redrives what is "
+        "still dead. Redriving without fixing the cause sends E0005 back to dead.",
+    ),
     Scenario(
-        "complete-receipt-first", "complete under a receipt, first time", "complete", RECEIPT_EVENTS,
+        "complete-receipt-first",
+        "complete under a receipt, first time",
+        "complete",
+        RECEIPT_EVENTS,
         _setup_receipt_first,
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)}, COMMITTED: _DEMO_FINAL},
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
+            COMMITTED: _DEMO_FINAL,
+        },
         ("E0001", "E0002"),
-        receipts={ROLLED_BACK: {NORTH_7: "E0002", SOUTH_7: "E0003"},
-                  COMMITTED: {NORTH_7: "E0001", SOUTH_7: "E0003"}},
+        receipts={
+            ROLLED_BACK: {NORTH_7: "E0002", SOUTH_7: "E0003"},
+            COMMITTED: {NORTH_7: "E0001", SOUTH_7: "E0003"},
+        },
         spec="E0001 and E0002 carry the same operation (north, order-7:charge); the worker completes E0001 "
-             "under a ReceiptHandler: effect, receipt and ACK commit together or not at all. Rolled back, "
-             "the fresh worker reaches E0002 first (E0001 is still leased): E0002 gets the effect and the "
-             "receipt, and generation 2 of E0001 is ACKed on that receipt. The money counts the operation once."),
+        "under a ReceiptHandler: effect, receipt and ACK commit together or not at all. Rolled back, "
+        "the fresh worker reaches E0002 first (E0001 is still leased): E0002 gets the effect and the "
+        "receipt, and generation 2 of E0001 is ACKed on that receipt. The money counts the operation once.",
+    ),
     Scenario(
-        "complete-receipt-reused", "complete on an existing receipt", "complete", RECEIPT_EVENTS,
+        "complete-receipt-reused",
+        "complete on an existing receipt",
+        "complete",
+        RECEIPT_EVENTS,
         _setup_receipt_reused,
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0002": ("done", 2, 2, None)}, COMMITTED: _DEMO_FINAL},
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0002": ("done", 2, 2, None)},
+            COMMITTED: _DEMO_FINAL,
+        },
         ("E0001", "E0002"),
-        receipts={ROLLED_BACK: {NORTH_7: "E0001", SOUTH_7: "E0003"},
-                  COMMITTED: {NORTH_7: "E0001", SOUTH_7: "E0003"}},
+        receipts={
+            ROLLED_BACK: {NORTH_7: "E0001", SOUTH_7: "E0003"},
+            COMMITTED: {NORTH_7: "E0001", SOUTH_7: "E0003"},
+        },
         spec="E0001 is done with its effect and the receipt of (north, order-7:charge); the worker "
-             "completes E0002, the same operation under another event id: it is ACKed on the proof of "
-             "the receipt, without a second effect. Rolled back, generation 2 of E0002 does the same."),
+        "completes E0002, the same operation under another event id: it is ACKed on the proof of "
+        "the receipt, without a second effect. Rolled back, generation 2 of E0002 does the same.",
+    ),
     Scenario(
-        "claim-many", "claim_many of 3, one last lease expired", "claim_many", BATCH_EVENTS,
+        "claim-many",
+        "claim_many of 3, one last lease expired",
+        "claim_many",
+        BATCH_EVENTS,
         _setup_claim_many,
-        {ROLLED_BACK: {**_BATCH_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED)},
-         COMMITTED: {**_BATCH_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED), "E0002": ("done", 2, 2, None),
-                     "E0003": ("done", 2, 2, None), "E0004": ("dead", 2, 2, "invalid_payload")}},
+        {
+            ROLLED_BACK: {**_BATCH_FINAL, "E0001": ("dead", 3, 3, LEASE_EXPIRED)},
+            COMMITTED: {
+                **_BATCH_FINAL,
+                "E0001": ("dead", 3, 3, LEASE_EXPIRED),
+                "E0002": ("done", 2, 2, None),
+                "E0003": ("done", 2, 2, None),
+                "E0004": ("dead", 2, 2, "invalid_payload"),
+            },
+        },
         ("E0001", "E0002", "E0003", "E0004", "E0005"),
         spec="E0001's three leases have all expired; claim_many(3) moves it to dead (lease_expired) inside "
-             "the batch and leases E0002, E0003 and E0004, each with its own generation, in one transaction; "
-             "E0005 stays ready. Committed, the three leases have no worker: they expire and generation 2 "
-             "finishes each (E0004, a toy, is refused then)."),
+        "the batch and leases E0002, E0003 and E0004, each with its own generation, in one transaction; "
+        "E0005 stays ready. Committed, the three leases have no worker: they expire and generation 2 "
+        "finishes each (E0004, a toy, is refused then).",
+    ),
     Scenario(
-        "complete-many", "complete_many of 3: done, stale, refused", "complete_many", DEMO_EVENTS,
+        "complete-many",
+        "complete_many of 3: done, stale, refused",
+        "complete_many",
+        DEMO_EVENTS,
         _setup_complete_many,
-        {ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 3, 3, None), "E0002": ("done", 2, 2, None),
-                       "E0004": ("dead", 2, 2, "invalid_payload")},
-         COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 3, 3, None)}},
+        {
+            ROLLED_BACK: {
+                **_DEMO_FINAL,
+                "E0001": ("done", 3, 3, None),
+                "E0002": ("done", 2, 2, None),
+                "E0004": ("dead", 2, 2, "invalid_payload"),
+            },
+            COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 3, 3, None)},
+        },
         ("E0001", "E0002", "E0004"),
         spec="One transaction completes three leases, each in its own savepoint: E0002 (effect + ACK), "
-             "E0001 with a stale generation 1 (another worker holds generation 2: only this message is "
-             "undone, lease_lost) and E0004, a toy the handler refuses (dead, no effect). Committed or "
-             "rolled back as a whole; rolled back, generation 2 redoes E0002 and E0004."),
+        "E0001 with a stale generation 1 (another worker holds generation 2: only this message is "
+        "undone, lease_lost) and E0004, a toy the handler refuses (dead, no effect). Committed or "
+        "rolled back as a whole; rolled back, generation 2 redoes E0002 and E0004.",
+    ),
 )
 
 
@@ -385,7 +580,8 @@ class CrashRow:
     shown_final: str
     total_cents: int
     expected_total: int
-    losses: int  # sent events not stored, events that should be done and are not, done without effect
+    # sent events not stored, events that should be done and are not, done without effect
+    losses: int
     doubles: int  # events with more than one effect, effects without a done message
     violations: tuple[str, ...]
 
@@ -426,7 +622,11 @@ def _describe(state: FileState, ids: Sequence[str]) -> str:
     effects = {e for e, _, _ in state.effects}
     for event_id in ids:
         m = state.message(event_id)
-        text = f"{event_id} absent" if m is None else f"{event_id} {m.state} {m.attempts}/{m.generation}"
+        text = (
+            f"{event_id} absent"
+            if m is None
+            else f"{event_id} {m.state} {m.attempts}/{m.generation}"
+        )
         if m is not None and m.state == "done" and event_id not in effects:
             proof = state.receipt_proof(m)
             text += f" on {proof[3]}'s receipt" if proof else " without effect"
@@ -446,7 +646,8 @@ class Prepared:
     options: Mapping[str, Any]
     before: Any  # FileState.rows() of the template
     after: Any  # FileState.rows() after the operation committed
-    reached: tuple[tuple[str, int, int], ...]  # point, hit, how many times the operation reaches it
+    # point, hit, how many times the operation reaches it
+    reached: tuple[tuple[str, int, int], ...]
 
 
 def prepare(scenario: Scenario, folder: Path) -> Prepared:
@@ -458,7 +659,8 @@ def prepare(scenario: Scenario, folder: Path) -> Prepared:
     folder.mkdir(parents=True, exist_ok=True)
     template = folder / "template.sqlite3"
     clock = ModelClock(START)
-    with Store(template, clock=clock) as store:  # closed before the copy: the WAL is then in the file
+    # closed before the copy: the WAL is then in the file
+    with Store(template, clock=clock) as store:
         ledger.install(store)  # a queue of the reference application
         options = scenario.setup(store, clock, folder)
     if scenario.receipts is not None:
@@ -466,8 +668,12 @@ def prepare(scenario: Scenario, folder: Path) -> Prepared:
     before = read_file(template).rows()
     reference = folder / "reference.sqlite3"
     shutil.copyfile(template, reference)
-    traced = subprocess.run(child_command(reference, scenario.operation, trace=True, **options),
-                            capture_output=True, text=True, check=False)
+    traced = subprocess.run(
+        child_command(reference, scenario.operation, trace=True, **options),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if traced.returncode != 0:
         raise RuntimeError(f"{scenario.key}: the reference run failed: {traced.stderr}")
     points = traced.stdout.split()
@@ -477,10 +683,14 @@ def prepare(scenario: Scenario, folder: Path) -> Prepared:
     for point in points:
         seen[point] += 1
         reached.append((point, seen[point], counts[point]))
-    return Prepared(scenario, template, options, before, read_file(reference).rows(), tuple(reached))
+    return Prepared(
+        scenario, template, options, before, read_file(reference).rows(), tuple(reached)
+    )
 
 
-def run_case(prepared: Prepared, point: str, hit: int, repeats: int, how: str, folder: Path) -> CrashRow:
+def run_case(
+    prepared: Prepared, point: str, hit: int, repeats: int, how: str, folder: Path
+) -> CrashRow:
     """One case: a child dies at ``point`` (its ``hit``-th time there), then the file is judged."""
     scenario = prepared.scenario
     folder.mkdir(parents=True, exist_ok=True)
@@ -492,13 +702,22 @@ def run_case(prepared: Prepared, point: str, hit: int, repeats: int, how: str, f
     outcome = _outcome_of(crashed, prepared)
     expected_outcome = COMMITTED if point.endswith(".after_commit") else ROLLED_BACK
     if outcome != expected_outcome:
-        violations.append(f"after the crash the file is {outcome}, expected {expected_outcome}")
-    violations += [f"after the crash: {v}" for v in check_invariants(crashed, finished=False)]
+        violations.append(
+            f"after the crash the file is {outcome}, expected {expected_outcome}"
+        )
+    violations += [
+        f"after the crash: {v}" for v in check_invariants(crashed, finished=False)
+    ]
 
     now = prepared.options["now"]
     resent = _resend(db, prepared, now)
-    finish_queue(db, now, categories=scenario.categories, lease_seconds=LEASE,
-                 receipts=scenario.receipts is not None)
+    finish_queue(
+        db,
+        now,
+        categories=scenario.categories,
+        lease_seconds=LEASE,
+        receipts=scenario.receipts is not None,
+    )
 
     final = read_file(db)
     branch = COMMITTED if outcome == COMMITTED else ROLLED_BACK
@@ -506,24 +725,45 @@ def run_case(prepared: Prepared, point: str, hit: int, repeats: int, how: str, f
     should_be_done = {e for e, f in scenario.expect[branch].items() if f[0] == "done"}
     lost, doubled = losses_and_doubles(final, scenario.events, should_be_done)
     return CrashRow(
-        scenario=scenario.key, operation=scenario.operation, point=point, hit=hit, repeats=repeats, how=how,
-        exit_status=exit_status, after_crash=outcome,
-        shown_after_crash=_describe(crashed, scenario.show), resent=resent,
+        scenario=scenario.key,
+        operation=scenario.operation,
+        point=point,
+        hit=hit,
+        repeats=repeats,
+        how=how,
+        exit_status=exit_status,
+        after_crash=outcome,
+        shown_after_crash=_describe(crashed, scenario.show),
+        resent=resent,
         shown_final=_describe(final, scenario.show),
-        total_cents=final.total_cents, expected_total=scenario.expected_total(branch),
-        losses=lost, doubles=doubled, violations=tuple(violations),
+        total_cents=final.total_cents,
+        expected_total=scenario.expected_total(branch),
+        losses=lost,
+        doubles=doubled,
+        violations=tuple(violations),
     )
 
 
-def _die_at(db: Path, prepared: Prepared, point: str, hit: int, how: str) -> tuple[int, list[str]]:
+def _die_at(
+    db: Path, prepared: Prepared, point: str, hit: int, how: str
+) -> tuple[int, list[str]]:
     """Run the operation in a child that dies at ``point``; a child that did not die there is a violation."""
-    command = child_command(db, prepared.scenario.operation, point=point, hit=hit, how=how, **prepared.options)
+    command = child_command(
+        db,
+        prepared.scenario.operation,
+        point=point,
+        hit=hit,
+        how=how,
+        **prepared.options,
+    )
     child = subprocess.run(command, capture_output=True, text=True, check=False)
     expected_status = CRASH_EXIT_CODE if how == "exit" else -signal.SIGKILL
     if child.returncode == expected_status:
         return child.returncode, []
-    return child.returncode, [f"the child exited with {child.returncode}, expected {expected_status} "
-                              f"{child.stderr.strip()[-300:]}"]
+    return child.returncode, [
+        f"the child exited with {child.returncode}, expected {expected_status} "
+        f"{child.stderr.strip()[-300:]}"
+    ]
 
 
 def _outcome_of(crashed: FileState, prepared: Prepared) -> str:
@@ -548,7 +788,9 @@ def _resend_with(store: Store, prepared: Prepared) -> str:
         result = store.enqueue(Path(prepared.options["batch"]).read_bytes())
         return f"resent: {result.accepted} accepted, {result.duplicates} duplicates"
     if prepared.scenario.resend == "redrive":
-        still_dead = [e for e in prepared.options["event_ids"] if store.message(e).state == "dead"]
+        still_dead = [
+            e for e in prepared.options["event_ids"] if store.message(e).state == "dead"
+        ]
         if still_dead:
             store.redrive(still_dead)
         return f"redriven again: {', '.join(still_dead) or 'none'}"
@@ -558,24 +800,34 @@ def _resend_with(store: Store, prepared: Prepared) -> str:
 def _judge_final(final: FileState, scenario: Scenario, branch: str) -> list[str]:
     """Every invariant, and the final state, effects and receipts the specification predicts."""
     holders = scenario.effect_holders(branch)
-    violations = check_invariants(final, events=scenario.events, expected_total=scenario.expected_total(branch))
+    violations = check_invariants(
+        final, events=scenario.events, expected_total=scenario.expected_total(branch)
+    )
     for event_id, want in scenario.expect[branch].items():
         m = final.message(event_id)
         got = None if m is None else (m.state, m.attempts, m.generation, m.last_error)
         if got != want:
-            violations.append(f"{event_id} ended as {got}, the specification says {want}")
+            violations.append(
+                f"{event_id} ended as {got}, the specification says {want}"
+            )
     if {e for e, _, _ in final.effects} != holders:
-        violations.append(f"effects of {sorted(e for e, _, _ in final.effects)}, "
-                          f"the specification says {sorted(holders)}")
+        violations.append(
+            f"effects of {sorted(e for e, _, _ in final.effects)}, "
+            f"the specification says {sorted(holders)}"
+        )
     if scenario.receipts is not None:
         got_receipts = {(t, o): effect for t, o, _, effect in final.receipts}
         if got_receipts != dict(scenario.receipts[branch]):
-            violations.append(f"receipts {got_receipts}, the specification says {dict(scenario.receipts[branch])}")
+            violations.append(
+                f"receipts {got_receipts}, the specification says {dict(scenario.receipts[branch])}"
+            )
     return violations
 
 
 @contextmanager
-def work_folder(workdir: str | Path | None, prefix: str = "queue-core-evidence-") -> Iterator[Path]:
+def work_folder(
+    workdir: str | Path | None, prefix: str = "queue-core-evidence-"
+) -> Iterator[Path]:
     """``workdir`` (created if needed), or a temporary folder removed afterwards."""
     if workdir is not None:
         path = Path(workdir)
@@ -607,12 +859,20 @@ def crash_matrix(
     """
     with work_folder(workdir) as root:
         prepared = [prepare(s, root / s.key) for s in scenarios]
-        cases = [(p, point, hit, repeats, how)
-                 for p in prepared for point, hit, repeats in p.reached for how in hows]
+        cases = [
+            (p, point, hit, repeats, how)
+            for p in prepared
+            for point, hit, repeats in p.reached
+            for how in hows
+        ]
 
         def run(index: int) -> CrashRow:
             p, point, hit, repeats, how = cases[index]
-            return run_case(p, point, hit, repeats, how, root / p.scenario.key / f"case-{index:03d}")
+            return run_case(
+                p, point, hit, repeats, how, root / p.scenario.key / f"case-{index:03d}"
+            )
 
-        with ThreadPoolExecutor(max_workers=jobs or min(8, 2 * (os.cpu_count() or 1))) as pool:
+        with ThreadPoolExecutor(
+            max_workers=jobs or min(8, 2 * (os.cpu_count() or 1))
+        ) as pool:
             return list(pool.map(run, range(len(cases))))

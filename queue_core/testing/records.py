@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PACKAGE = Path(__file__).resolve().parent.parent  # queue_core/, whose code a record is made for
+# queue_core/, whose code a record is made for
+PACKAGE = Path(__file__).resolve().parent.parent
 
 __all__ = ["Record", "fingerprint", "load_record", "recorded", "save_record"]
 
@@ -31,9 +32,18 @@ __all__ = ["Record", "fingerprint", "load_record", "recorded", "save_record"]
 def fingerprint() -> str:
     """A short hash of queue_core's code, schemas and proof machinery: a record is fresh only for the same code."""
     digest = hashlib.sha256()
-    files = [*PACKAGE.glob("*.py"), *PACKAGE.glob("*.sql"), *(PACKAGE / "testing").glob("*.py")]
+    files = [
+        *PACKAGE.glob("*.py"),
+        *PACKAGE.glob("*.sql"),
+        *(PACKAGE / "testing").glob("*.py"),
+    ]
     for path in sorted(files):
-        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(
+            path.relative_to(PACKAGE).as_posix().encode()
+            + b"\0"
+            + path.read_bytes()
+            + b"\0"
+        )
     return digest.hexdigest()[:16]
 
 
@@ -50,7 +60,8 @@ class Record:
     python: str
     sqlite: str
     system: str
-    result: Any = field(default=None)  # the run's result as JSON values (a ``to_dict()``)
+    # the run's result as JSON values (a ``to_dict()``)
+    result: Any = field(default=None)
 
     @property
     def machine(self) -> str:
@@ -75,8 +86,15 @@ def _jsonable(value: Any) -> Any:
     return to_dict() if callable(to_dict) else value
 
 
-def save_record(name: str, params: Mapping[str, Any], result: Any, *, by: str, seconds: float,
-                folder: str | Path) -> Record:
+def save_record(
+    name: str,
+    params: Mapping[str, Any],
+    result: Any,
+    *,
+    by: str,
+    seconds: float,
+    folder: str | Path,
+) -> Record:
     """Write ``result`` (JSON values, or objects with ``to_dict()``) as ``folder/name.json``; return the record.
 
     A folder that cannot be written (a read-only tree) is not an error: the
@@ -87,7 +105,9 @@ def save_record(name: str, params: Mapping[str, Any], result: Any, *, by: str, s
         fingerprint=fingerprint(),
         params=json.loads(json.dumps(dict(params))),
         by=by,
-        recorded_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        recorded_at=datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        ),
         seconds=round(seconds, 1),
         python=platform.python_version(),
         sqlite=sqlite3.sqlite_version,
@@ -97,30 +117,44 @@ def save_record(name: str, params: Mapping[str, Any], result: Any, *, by: str, s
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.json").write_text(json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8")
+        (folder / f"{name}.json").write_text(
+            json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8"
+        )
     except OSError:
         pass
     return record
 
 
-def load_record(name: str, params: Mapping[str, Any], *, folder: str | Path) -> Record | None:
+def load_record(
+    name: str, params: Mapping[str, Any], *, folder: str | Path
+) -> Record | None:
     """The record ``folder/name.json`` if it exists and was made for this code and these parameters."""
     try:
         data = json.loads((Path(folder) / f"{name}.json").read_text(encoding="utf-8"))
         record = Record.from_dict(data)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not record.for_this_code or record.params != json.loads(json.dumps(dict(params))):
+    if not record.for_this_code or record.params != json.loads(
+        json.dumps(dict(params))
+    ):
         return None
     return record
 
 
-def recorded(name: str, params: Mapping[str, Any], run: Callable[[], Any], *, by: str,
-             folder: str | Path) -> Record:
+def recorded(
+    name: str,
+    params: Mapping[str, Any],
+    run: Callable[[], Any],
+    *,
+    by: str,
+    folder: str | Path,
+) -> Record:
     """The fresh record ``name`` in ``folder``, or run ``run()`` now and record it (``by`` says who ran it)."""
     record = load_record(name, params, folder=folder)
     if record is None:
         began = time.monotonic()
         result = run()
-        record = save_record(name, params, result, by=by, seconds=time.monotonic() - began, folder=folder)
+        record = save_record(
+            name, params, result, by=by, seconds=time.monotonic() - began, folder=folder
+        )
     return record
