@@ -54,6 +54,77 @@ def cell(test: str) -> str:
     return f"[{label}]({repo}/blob/main/tests/{file}{anchor})" if repo else label
 
 
+WIDTH = 88  # a line of the command, as its page shows it
+PYTEST = ".venv/bin/python -m pytest"
+
+
+def _test_names(file: str) -> list[str]:
+    tree = ast.parse((TESTS / file).read_text(encoding="utf-8"))
+    return [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
+
+
+def keyword(file: str, name: str) -> str:
+    """The shortest start of ``name``, in whole words, that names no other test of ``file``.
+
+    ``pytest -k`` matches a keyword anywhere in a test's name, its file's name
+    and its markers: the keyword is checked against all of them.
+    """
+    others = [other for other in _test_names(file) if other != name]
+    words = name.removeprefix("test_").split("_")
+    for count in range(min(3, len(words)), len(words) + 1):
+        candidate = "_".join(words[:count])
+        if candidate in file or any(candidate in other for other in others):
+            continue
+        return candidate
+    raise AssertionError(f"no keyword selects tests/{file}::{name} alone")
+
+
+def _wrapped(head: str, parts: list[str], joiner: str, tail: str = "") -> list[str]:
+    """``head`` and ``parts`` on lines of at most WIDTH, each continued with a backslash."""
+    lines = [head]
+    for part in parts:
+        piece = (joiner if lines[-1] != head or joiner.strip() == "" else joiner) + part
+        if len(lines[-1] + piece + " \\") > WIDTH and lines[-1].strip():
+            lines[-1] += " \\"
+            lines.append("    " + piece.lstrip())
+        else:
+            lines[-1] += piece
+    lines[-1] += tail
+    return lines
+
+
+def command(ids: list[str]) -> str:
+    """Shell commands that run exactly ``ids`` (``file`` or ``file::name``), no line over WIDTH.
+
+    A test id that would not fit on its line is selected with ``-k`` instead,
+    by a keyword that names it alone in its file.
+    """
+    fitting: list[str] = []
+    by_keyword: dict[str, list[str]] = {}
+    for test in ids:
+        file, _, name = test.partition("::")
+        shown = (
+            f"'tests/{test}'" if "[" in test else f"tests/{test}"
+        )  # brackets are patterns
+        if not name or len(f"    {shown} \\") <= WIDTH:
+            fitting.append(shown)
+        else:
+            by_keyword.setdefault(file, []).append(keyword(file, name.split("[")[0]))
+    commands: list[str] = []
+    if fitting:
+        commands.append(" \\\n    ".join([PYTEST, *fitting]))
+    for file, keywords in by_keyword.items():
+        head = f'{PYTEST} tests/{file} -k "'
+        lines = _wrapped(head, keywords, " or ", '"')
+        lines[0] = lines[0].replace('-k " or ', '-k "')
+        commands.append("\n".join(lines))
+    return "\n".join(commands)
+
+
 def table(rows: list[tuple[str, str]]) -> str:
     """Markdown: a claim | test table, each test checked to exist, and the command that runs them."""
     if not rows:
@@ -62,9 +133,6 @@ def table(rows: list[tuple[str, str]]) -> str:
     ids: list[str] = []
     for claim, test in rows:
         lines.append(f"| {claim} | {cell(test)} |")
-        if f"tests/{test}" not in ids:
-            ids.append(f"tests/{test}")
-    # brackets are shell patterns
-    quoted = [f"'{test}'" if "[" in test else test for test in ids]
-    command = " \\\n    ".join([".venv/bin/python -m pytest", *quoted])
-    return "\n".join(lines) + f"\n\nRun them:\n\n```bash\n{command}\n```\n"
+        if test not in ids:
+            ids.append(test)
+    return "\n".join(lines) + f"\n\nRun them:\n\n```bash\n{command(ids)}\n```\n"

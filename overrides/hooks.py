@@ -9,6 +9,11 @@
   pages as `snippets/<name>`, with all of them in one archive,
   `snippets/queue_core-examples.zip`; under every block that includes a
   program, a page gets a link that downloads it. A reader needs no clone.
+* A long program shows the lines that matter. When a program marks one
+  section `shown` (`# --8<-- [start:shown]` ... `# --8<-- [end:shown]`), its
+  page shows those lines with the file's own line numbers, the whole program
+  folded below them, then its output. The marks are left out of what is
+  published, so the download is the program the page shows.
 * The copy button of a shell session copies its commands only: no `$ `
   prompt and no output, so that what is pasted into a shell runs (a
   here-document's lines are part of its command). Material copies a block's
@@ -35,9 +40,39 @@ INCLUDE = re.compile(
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
 
 
+SECTION_MARK = re.compile(
+    r"^[ \t]*#[ \t]*-+8<-+[ \t]*\[(?P<end>start|end):(?P<name>[a-z_]+)\][ \t]*$"
+)
+SHOWN = "shown"  # the one section of a long program that its page shows
+HL_LINES = re.compile(r'\bhl_lines="(?P<spec>[^"]*)"')
+
+
 def examples() -> list[Path]:
     """What a reader can download: the programs and the batches they read."""
     return sorted(p for p in SNIPPETS.iterdir() if p.suffix in (".py", ".jsonl"))
+
+
+def published(path: Path) -> bytes:
+    """A program as the reader gets it: its section marks left out, as the page shows it."""
+    lines = path.read_bytes().decode("utf-8").split("\n")
+    return "\n".join(l for l in lines if not SECTION_MARK.match(l)).encode("utf-8")
+
+
+def shown_lines(path: Path) -> tuple[int, int, int] | None:
+    """(first, last, total): the lines of the ``shown`` section, numbered as published."""
+    first = last = None
+    number = 0
+    for line in path.read_text("utf-8").split("\n"):
+        mark = SECTION_MARK.match(line)
+        if mark is None:
+            number += 1
+        elif mark["name"] == SHOWN and mark["end"] == "start":
+            first = number + 1
+        elif mark["name"] == SHOWN:
+            last = number
+    if first is None or last is None or last < first:
+        return None
+    return first, last, number - (path.read_text("utf-8").endswith("\n"))
 
 
 def archive() -> bytes:
@@ -50,7 +85,7 @@ def archive() -> bytes:
             )
             info.compress_type = zipfile.ZIP_DEFLATED
             # a fixed date: the same archive on every build
-            zf.writestr(info, path.read_bytes())
+            zf.writestr(info, published(path))
     return buffer.getvalue()
 
 
@@ -63,14 +98,63 @@ def on_config(config: Any) -> Any:
 def on_files(files: Files, config: Any) -> Files:
     for path in examples():
         files.append(
-            File.generated(config, f"snippets/{path.name}", abs_src_path=str(path))
+            File.generated(config, f"snippets/{path.name}", content=published(path))
         )
     files.append(File.generated(config, ARCHIVE, content=archive()))
     return files
 
 
+def hl_numbers(spec: str) -> list[int]:
+    """``"3 5-7"`` -> ``[3, 5, 6, 7]``."""
+    numbers: list[int] = []
+    for part in spec.split():
+        low, _, high = part.partition("-")
+        numbers.extend(range(int(low), int(high or low) + 1))
+    return numbers
+
+
+def excerpt(indent: str, info: str, name: str) -> list[str] | None:
+    """A long program's fence as three: the lines that matter, the whole file folded, its output.
+
+    ``None`` when the program has no ``shown`` section: the page shows it whole.
+    The lines shown keep the file's own numbers, so that they can be found in
+    the whole program and in the download.
+    """
+    span = shown_lines(SNIPPETS / name)
+    if span is None:
+        return None
+    first, last, total = span
+    marked = HL_LINES.search(info)
+    inside = (
+        [n - first + 1 for n in hl_numbers(marked["spec"]) if first <= n <= last]
+        if marked
+        else []
+    )
+    whole_options = f' hl_lines="{marked["spec"]}"' if marked else ""
+    shown_options = f' hl_lines="{" ".join(map(str, inside))}"' if inside else ""
+    lang = info.split()[0].lstrip("`~")
+    return [
+        f'{indent}```{lang} title="{name}, lines {first}-{last} of {total}"'
+        f' linenums="{first}"{shown_options}',
+        f'{indent}--8<-- "snippets/{name}:{SHOWN}"',
+        f"{indent}```",
+        "",
+        f'{indent}??? example "The whole program: {name}, {total} lines"',
+        "",
+        f'{indent}    ```{lang} title="snippets/{name}" linenums="1"{whole_options}',
+        f'{indent}    --8<-- "snippets/{name}"',
+        f"{indent}    ```",
+        "",
+        f"{indent}It prints:",
+        "",
+        f'{indent}```{lang} exec="on" result="text"',
+        f'{indent}--8<-- "snippets/{name}"',
+        f"{indent}```",
+    ]
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    """After each fence that includes a program, a link that downloads it."""
+    """Long programs as their lines that matter; after each, a link that downloads it."""
     # from this page's folder to the docs root
     up = "../" * page.file.src_uri.count("/")
     lines = markdown.split("\n")
@@ -78,12 +162,14 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     # (indent, name) of the program in the open fence
     pending: tuple[str, str] | None = None
     fence: tuple[str, str] | None = None  # (indent, fence) of the open fence
+    opened_at = 0  # where the open fence starts in ``out``
     for line in lines:
         out.append(line)
         opened = FENCE.match(line)
         if fence is None:
             if opened is not None:
                 fence = (opened["indent"], opened["fence"])
+                opened_at = len(out) - 1
             continue
         included = INCLUDE.match(line)
         if included is not None:
@@ -96,6 +182,11 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         ):
             if pending is not None:
                 indent, name = pending
+                info = out[opened_at].strip()
+                if "exec=" in info:
+                    shorter = excerpt(indent, info, name)
+                    if shorter is not None:
+                        out[opened_at:] = shorter
                 out.append("")
                 out.append(
                     f"{indent}[:material-download: Download `{name}`]({up}snippets/{name})"

@@ -59,7 +59,10 @@ MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
 
 
 class UsageError(QueueError):
-    """The command line was used wrongly (an unknown option, a missing argument, no command): exit 2."""
+    """The command line was used wrongly: exit 2.
+
+    An unknown option, a missing argument, or no command at all.
+    """
 
     code = "usage"
     exit_status = 2
@@ -101,7 +104,7 @@ def _age(text: str) -> int:
 
 
 def _busy_seconds(text: str) -> float:
-    """An argparse type: seconds to wait for a busy database, such as 0, 0.5 or 30 (at most an hour)."""
+    """An argparse type: seconds to wait for a busy database, 0 to an hour."""
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
         raise argparse.ArgumentTypeError(
             f"expected seconds such as 0, 0.5 or 30, got {text!r}"
@@ -118,7 +121,8 @@ _lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
 _count = _whole_number(0, 10**9)
 
 
-# The one example line of the help text; tests check that it is a valid line the handler accepts.
+# The one example line of the help text; tests check that it is a valid line the
+# handler accepts.
 EXAMPLE_LINE = (
     '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
 )
@@ -130,7 +134,10 @@ HELP_WIDTH = 80  # fixed, so that the help is the same in every terminal and on 
 
 
 def _help_epilog() -> str:
-    """What a user needs before the first ``enqueue``: the batch format, the handler's rules, the exit status."""
+    """What a user needs before the first ``enqueue``.
+
+    The batch format, the handler's rules, the exit status.
+    """
     categories = ", ".join(sorted(DEFAULT_CATEGORIES))
     paragraphs = [
         "A batch (for enqueue) is a JSONL file: one event per line, a JSON object "
@@ -166,7 +173,10 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with the CLI's error format: the usage line, then ``queue-core: usage: <problem>``."""
+    """argparse with the CLI's error format.
+
+    The usage line, then ``queue-core: usage: <problem>``.
+    """
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -195,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         type=_busy_seconds,
         default=argparse.SUPPRESS,
-        help=f"how long to wait for a database that another writer holds before failing "
-        f"with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)",
+        help="how long to wait for a database that another writer holds before "
+        f"failing with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)",
     )
     # demo and lab accept these options only to refuse them with a clear message.
     refused = _Parser(add_help=False)
@@ -208,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         formatter_class=_Formatter,
         description=textwrap.fill(
-            "A reliable local message queue on SQLite: lease, fencing, effect + ACK in one "
-            "transaction.",
+            "A reliable local message queue on SQLite: lease, fencing, "
+            "effect + ACK in one transaction.",
             HELP_WIDTH - 2,
         ),
         epilog=_help_epilog(),
@@ -271,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     shown.add_argument(
         "--json",
         action="store_true",
-        help="progress as one JSON line a second on stderr (the summary stays on stdout)",
+        help="progress as one JSON line a second on stderr "
+        "(the summary stays on stdout)",
     )
 
     status = command("status", "counts by state and the money")
@@ -365,7 +376,10 @@ def main(
 
 
 def _refuse_global_options(args: argparse.Namespace) -> None:
-    """demo and lab make their own folder and clock: a --db, --now or --busy-timeout would be ignored."""
+    """demo and lab make their own folder and clock.
+
+    A --db, --now or --busy-timeout would be ignored, so it is refused.
+    """
     given = [
         option
         for option in GLOBAL_OPTIONS
@@ -374,7 +388,7 @@ def _refuse_global_options(args: argparse.Namespace) -> None:
     if args.command in SELF_CONTAINED and given:
         raise UsageError(
             f"{args.command} does not take {' or '.join(given)}: "
-            "it runs in a temporary folder of its own with a model clock"
+            "it makes its own temporary folder and model clock"
         )
 
 
@@ -382,7 +396,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     given_db = getattr(args, "db", DEFAULT_DB)
     db: str | Path = given_db if engine_postgres.is_url(given_db) else Path(given_db)
     now = getattr(args, "now", None)
-    # Without --now the store takes the system clock (on PostgreSQL: the server's, one clock for every host).
+    # Without --now the store takes the system clock (on PostgreSQL: the
+    # server's, one clock for every host).
     clock: Clock | None = ModelClock(now) if now is not None else None
     busy: float = getattr(args, "busy_timeout", BUSY_RETRY_SECONDS)
 
@@ -438,7 +453,7 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     elif args.command == "prune":
         _print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
-        # The counts, the money and the metrics from one snapshot: they agree with each other.
+        # The counts, the money and the metrics from one snapshot: they agree.
         snapshot, metrics = store.read(
             lambda view: (
                 Report(store.status_tx(view), ledger.totals_tx(view)),
@@ -477,7 +492,10 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
 
 
 class _Progress:
-    """The worker's progress on stderr: a line rewritten in place on a terminal, or JSON lines for scripts."""
+    """The worker's progress on stderr.
+
+    A line rewritten in place on a terminal, or JSON lines for scripts.
+    """
 
     def __init__(self, stream: TextIO, *, as_json: bool, every: float) -> None:
         self._stream, self._as_json, self._every = stream, as_json, every
@@ -528,8 +546,8 @@ class _Progress:
         else:
             self._stream.write(
                 f"\r{PROG} work: {summary.claimed:,} claimed, {summary.done:,} done, "
-                f"{summary.retried:,} retried, {summary.dead:,} dead, {summary.lease_lost:,} "
-                f"lease lost ({rate:,.0f}/s)\x1b[K"
+                f"{summary.retried:,} retried, {summary.dead:,} dead, "
+                f"{summary.lease_lost:,} lease lost ({rate:,.0f}/s)\x1b[K"
             )
             self._drawn = True
         self._stream.flush()
@@ -565,12 +583,24 @@ def _demo(as_json: bool, out: TextIO) -> int:
         "after_redrive": "after redrive",
     }
     for step in result.steps:
-        out.write(f"[t={step.now}] {step.text}\n")
+        out.write(_wrap(f"[t={step.now}] {step.text}", indent=9) + "\n")
         if step.snapshot:
-            out.write(
-                f"    {labels[step.snapshot]}: {format_snapshot(result.snapshots[step.snapshot])}\n"
-            )
+            # the counts, then the money under them
+            label = f"    {labels[step.snapshot]}: "
+            snapshot = result.snapshots[step.snapshot]
+            counts, money = format_snapshot(snapshot).split(" | ")
+            out.write(f"{label}{counts}\n{' ' * len(label)}{money}\n")
     return 0
+
+
+def _wrap(text: str, *, indent: int, width: int = 88) -> str:
+    """``text`` in lines of at most ``width``, broken only after a ``;`` or ``:``."""
+    lines = [""]
+    for part in re.split(r"(?<=[;:]) ", text):
+        if lines[-1].strip() and len(lines[-1]) + 1 + len(part) > width:
+            lines.append(" " * indent)
+        lines[-1] += (" " if lines[-1].strip() else "") + part
+    return "\n".join(lines)
 
 
 def _print_json(value: Any, out: TextIO) -> None:
@@ -586,8 +616,9 @@ def _status_table(snapshot: Report, metrics: Metrics) -> str:
     lines.append(f"oldest ready: {'none' if age is None else f'{age} s'}")
     latency = metrics.enqueue_to_done
     lines.append(
-        f"enqueue to done: p50 {latency.p50} s, p95 {latency.p95} s, max {latency.max} s "
-        f"over {latency.count} message{'s' if latency.count != 1 else ''}"
+        f"enqueue to done: p50 {latency.p50} s, p95 {latency.p95} s, "
+        f"max {latency.max} s over {latency.count} "
+        f"message{'s' if latency.count != 1 else ''}"
         if latency.count
         else "enqueue to done: no timed message yet"
     )
@@ -597,7 +628,8 @@ def _status_table(snapshot: Report, metrics: Metrics) -> str:
     )
     lines.append(f"dead: {dead or 'none'}")
     lines.append(
-        f"expired leases taken over: {metrics.expired_leases}, pruned payloads: {metrics.pruned}"
+        f"expired leases taken over: {metrics.expired_leases}, "
+        f"pruned payloads: {metrics.pruned}"
     )
     effects = data["effects"]
     lines.append("")
@@ -613,12 +645,15 @@ def _status_table(snapshot: Report, metrics: Metrics) -> str:
 def _dead_table(letters: list[Message]) -> str:
     if not letters:
         return "no dead letters\n"
+    # last_error as wide as the longest code shown, so that a row fits
+    width = max(len("last_error"), *(len(m.last_error or "") for m in letters))
     lines = [
-        "event_id  attempts  generation  last_error              payload (as stored)"
+        f"event_id  attempts  generation  {'last_error':<{width}}  payload (as stored)"
     ]
     for m in letters:
         lines.append(
-            f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  {m.last_error or '':<22}  {m.payload}"
+            f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  "
+            f"{m.last_error or '':<{width}}  {m.payload}"
         )
         if m.last_detail:
             lines.append(f"{'':<9} why: {m.last_detail}")

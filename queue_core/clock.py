@@ -3,8 +3,9 @@
 Every protocol decision (is the lease still valid? is the retry due?) compares
 integers of this clock: ``now()`` rounds the time down. A new lease's deadline
 counts from the time rounded up (``time()``, where a clock has fractions), so a
-lease of N seconds lasts at least N seconds, never up to one second less. Tests, documentation and the demo use ``ModelClock`` so
-that nothing ever sleeps and every example is deterministic. All clients of one
+lease of N seconds lasts at least N seconds, never up to one second less. Tests,
+documentation and the demo use ``ModelClock`` so that nothing ever sleeps and
+every example is deterministic. All clients of one
 database must share one host clock; see the limits chapter.
 """
 

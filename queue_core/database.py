@@ -26,25 +26,31 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     2: (
         # The human-readable reason beside last_error's code.
-        "ALTER TABLE messages ADD COLUMN last_detail TEXT CHECK (last_detail IS NULL OR last_error IS NOT NULL)",
-        # Receipts join the versioned schema (version 1 created them lazily, identically).
+        "ALTER TABLE messages ADD COLUMN last_detail TEXT"
+        " CHECK (last_detail IS NULL OR last_error IS NOT NULL)",
+        # Receipts join the versioned schema (version 1 created them lazily,
+        # identically).
         "receipts.sql",
     ),
     3: (
         # Timestamps and counts for the metrics; a row from before has NULL
         # times (unknown, never guessed) and no expired lease counted.
-        "ALTER TABLE messages ADD COLUMN enqueued_at INTEGER CHECK (enqueued_at IS NULL OR enqueued_at >= 0)",
-        "ALTER TABLE messages ADD COLUMN done_at INTEGER CHECK (done_at IS NULL OR state = 'done')",
-        "ALTER TABLE messages ADD COLUMN expired_leases INTEGER NOT NULL DEFAULT 0 CHECK (expired_leases >= 0)",
+        "ALTER TABLE messages ADD COLUMN enqueued_at INTEGER"
+        " CHECK (enqueued_at IS NULL OR enqueued_at >= 0)",
+        "ALTER TABLE messages ADD COLUMN done_at INTEGER"
+        " CHECK (done_at IS NULL OR state = 'done')",
+        "ALTER TABLE messages ADD COLUMN expired_leases INTEGER NOT NULL DEFAULT 0"
+        " CHECK (expired_leases >= 0)",
         # Retention: prune keeps the hash of a payload it removes.
-        "ALTER TABLE messages ADD COLUMN payload_sha256 TEXT CHECK (payload_sha256 IS NULL"
+        "ALTER TABLE messages ADD COLUMN payload_sha256 TEXT"
+        " CHECK (payload_sha256 IS NULL"
         " OR (state = 'done' AND payload = '{}' AND length(payload_sha256) = 64))",
     ),
 }
 
 
 def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
-    """Check ``path`` without modifying it; return its schema version (0: must be created).
+    """Check ``path`` without modifying it; return its schema version (0: create it).
 
     Raises ``WrongPath`` for anything that is not a queue database this
     version can open: a directory, a missing file (unless ``create``), a text
@@ -120,7 +126,8 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
         )
     if version > SCHEMA_VERSION:
         raise WrongPath(
-            f"{path} has schema version {version}; this queue_core knows up to {SCHEMA_VERSION}",
+            f"{path} has schema version {version}; "
+            f"this queue_core knows up to {SCHEMA_VERSION}",
             code="schema_too_new",
         )
     if version < 1:
@@ -137,7 +144,10 @@ MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
 def check_sqlite_version(
     version: tuple[int, int, int] = sqlite3.sqlite_version_info,
 ) -> None:
-    """Refuse an SQLite library older than ``MIN_SQLITE`` (Python links whichever the system has)."""
+    """Refuse an SQLite library older than ``MIN_SQLITE``.
+
+    Python links whichever SQLite the system has.
+    """
     if tuple(version) < MIN_SQLITE:
         found = ".".join(map(str, version))
         needed = ".".join(map(str, MIN_SQLITE))
@@ -181,7 +191,7 @@ def connect(
 
 
 def prepare(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the schema in a new file, or migrate an older one forward: one transaction.
+    """Create the schema in a new file, or migrate an older one: one transaction.
 
     The version is read again under the write lock, since another process may
     have created or migrated the file meanwhile.
@@ -191,7 +201,8 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise WrongPath(
-                f"{path} has schema version {version}; this queue_core knows up to {SCHEMA_VERSION}",
+                f"{path} has schema version {version}; "
+                f"this queue_core knows up to {SCHEMA_VERSION}",
                 code="schema_too_new",
             )
         if version == 0:
@@ -219,12 +230,16 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
 # in the connection's current schema). Reading it writes nothing.
 _TABLE_EXISTS: Final = {
     "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-    "postgresql": "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?",
+    "postgresql": "SELECT 1 FROM information_schema.tables"
+    " WHERE table_schema = current_schema() AND table_name = ?",
 }
 
 
 def table_exists(conn: Any, name: str) -> bool:
-    """Whether table ``name`` exists: ``conn`` is an sqlite3 connection, a PostgreSQL one, or a store ``Tx``."""
+    """Whether table ``name`` exists.
+
+    ``conn`` is an sqlite3 connection, a PostgreSQL one, or a store ``Tx``.
+    """
     # engine_postgres.Connection and Tx name theirs
     engine = getattr(conn, "engine", "sqlite")
     return conn.execute(_TABLE_EXISTS[engine], (name,)).fetchone() is not None
@@ -238,7 +253,7 @@ def _migration_statements(target: int) -> list[str]:
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:
-    """Copy the WAL into the database file and empty it (skipped while a reader needs it)."""
+    """Copy the WAL into the database file and empty it (unless a reader needs it)."""
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     except sqlite3.Error:
@@ -263,7 +278,7 @@ def sql_statements(name: str) -> list[str]:
 
 
 def close(conn: sqlite3.Connection, *, quiet: bool = False) -> None:
-    """Close ``conn``; with ``quiet``, a failure to close is not an error (e.g. after COMMIT)."""
+    """Close ``conn``; with ``quiet``, a failure to close is ignored (after COMMIT)."""
     try:
         conn.close()
     except sqlite3.Error:

@@ -122,8 +122,10 @@ def _run(db: Path) -> DemoResult:
             f"the crash child exited with {status}, expected {CRASH_EXIT_CODE}"
         )
     say(
-        f"claim {lease.event_id} (generation {lease.generation}); a child process INSERTs its effect "
-        f"and dies with os._exit({status}) before COMMIT: the effect is rolled back, the claim stays leased"
+        f"claim {lease.event_id} (generation {lease.generation}); "
+        "a child process INSERTs its effect "
+        f"and dies with os._exit({status}) before COMMIT: "
+        "the effect is rolled back, the claim stays leased"
     )
     lease = claim()
     say(
@@ -139,13 +141,15 @@ def _run(db: Path) -> DemoResult:
     summary = work(store, handler, lease_seconds=LEASE_SECONDS)
     e0003 = store.message("E0003")
     say(
-        f"work: {summary.done} done (E0003's lease expired; re-claimed as generation {e0003.generation})"
+        f"work: {summary.done} done (E0003's lease expired; "
+        f"re-claimed as generation {e0003.generation})"
     )
     snap("final")
 
     again = store.enqueue(DEMO_BATCH)
     say(
-        f"enqueue the same 5 lines again: {again.accepted} accepted, {again.duplicates} duplicates"
+        f"enqueue the same 5 lines again: {again.accepted} accepted, "
+        f"{again.duplicates} duplicates"
     )
     snap("after_reenqueue")
 
@@ -166,6 +170,7 @@ def format_snapshot(snapshot: Report) -> str:
         f"{name}={cents}" for name, cents in effects["by_category"].items()
     )
     return (
-        f"messages: {states} | effects: {effects['count']}, total={effects['total_cents']}"
+        f"messages: {states} | "
+        f"effects: {effects['count']}, total={effects['total_cents']}"
         + (f" ({categories})" if categories else "")
     )

@@ -39,7 +39,10 @@ def is_url(target: object) -> bool:
 
 
 def translate(sql: str) -> str:
-    """The store's SQL with psycopg's placeholders (``%s``, ``%(name)s``; a literal ``%`` doubled)."""
+    """The store's SQL with psycopg's placeholders.
+
+    ``?`` becomes ``%s``, ``:name`` becomes ``%(name)s``; a literal ``%`` is doubled.
+    """
 
     def replace(match: re.Match[str]) -> str:
         text = match.group(0)
@@ -62,7 +65,7 @@ def _psycopg() -> Any:
 
 
 def storage_error(exc: Exception, url: str) -> StorageError:
-    """Translate a psycopg error into a StorageError with one of the store's stable codes."""
+    """Translate a psycopg error into a StorageError with one of the store's codes."""
     psycopg = _psycopg()
     errors = psycopg.errors
     where = safe_url(url)
@@ -75,7 +78,8 @@ def storage_error(exc: Exception, url: str) -> StorageError:
             errors.QueryCanceled,
         ),
     ):
-        # Only the first line: the rest quotes the statement that waited ("LINE 2: ...", a caret).
+        # Only the first line: the rest quotes the statement that waited
+        # ("LINE 2: ...", a caret).
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return StorageError(
             f"{where}: the database is busy ({reason})", code="database_busy"
@@ -103,7 +107,7 @@ def storage_error(exc: Exception, url: str) -> StorageError:
 
 
 def safe_url(url: str) -> str:
-    """The URL without a password (``user:password@`` or ``?password=``), for messages."""
+    """The URL without a password (``user:password@``, ``?password=``), for messages."""
     url = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
     return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
@@ -151,12 +155,14 @@ class Connection:
         # never connected: nothing was lost, nothing was written
         except psycopg.Error as exc:
             raise StorageError(
-                f"{safe_url(url)}: cannot connect to the database server ({_one_line(exc)})",
+                f"{safe_url(url)}: cannot connect to the database server "
+                f"({_one_line(exc)})",
                 code="cannot_connect",
             ) from None
         # SQLite's busy timeout, here: how long to wait for a row another
         # transaction holds before the store reports the database busy.
-        # 0 would switch PostgreSQL's lock timeout off (wait forever); SQLite's 0 means do not wait.
+        # 0 would switch PostgreSQL's lock timeout off (wait forever); SQLite's 0
+        # means do not wait.
         self.execute(f"SET lock_timeout = {max(1, int(busy_timeout_ms))}")
 
     def execute(
@@ -185,7 +191,7 @@ class Connection:
         )
 
     def server_now(self) -> int:
-        """The database server's clock, whole seconds since the epoch (one clock for every host)."""
+        """The database server's clock in whole seconds: one clock for every host."""
         row = self.execute(
             "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint"
         ).fetchone()
@@ -203,7 +209,7 @@ class Connection:
 
 
 def schema_version(conn: Connection) -> int:
-    """The queue's schema version in this database (0: none yet), without writing anything."""
+    """The queue's schema version in this database (0: none yet); writes nothing."""
     if not _exists(conn, "queue_core_schema"):
         return 0
     row = conn.execute("SELECT version FROM queue_core_schema").fetchone()
@@ -213,7 +219,9 @@ def schema_version(conn: Connection) -> int:
 def open_queue(
     conn: Connection, *, create: bool, known_version: int, where: str
 ) -> None:
-    """Check the database, then create the queue or move it forward if it must; a current queue is only read.
+    """Check the database, then create the queue or move it forward if it must.
+
+    A current queue is only read.
 
     Refused, with nothing written: no queue and not ``create`` (``no_database``),
     a ``messages`` table that is not a queue's (``not_a_queue_database``), a
@@ -242,13 +250,16 @@ def _exists(conn: Connection, table: str) -> bool:
 def _refuse_newer(found: int, known_version: int, where: str) -> None:
     if found > known_version:
         raise WrongPath(
-            f"{where} has schema version {found}; this queue_core knows up to {known_version}",
+            f"{where} has schema version {found}; "
+            f"this queue_core knows up to {known_version}",
             code="schema_too_new",
         )
 
 
 def prepare(conn: Connection, *, known_version: int, where: str) -> None:
-    """Create the queue's tables, or move an older version forward (idempotent, one transaction).
+    """Create the queue's tables, or move an older version forward.
+
+    Idempotent, in one transaction.
 
     Under the script's own advisory lock the database is looked at again (a
     second client may have created or moved it meanwhile): a newer version is
@@ -261,14 +272,15 @@ def prepare(conn: Connection, *, known_version: int, where: str) -> None:
     )
     conn.execute("BEGIN")
     try:
-        # The script's own lock (its key is database.APPLICATION_ID, "QCor"), taken before reading.
+        # The script's own lock (its key is database.APPLICATION_ID, "QCor"),
+        # taken before reading.
         conn.execute("SELECT pg_advisory_xact_lock(1363373938)")
         found = schema_version(conn)
         _refuse_newer(found, known_version, where)
         if found == 0 and _exists(conn, "messages"):
             raise WrongPath(
-                f"{where} has a messages table that is not a queue's; use another database "
-                "or schema",
+                f"{where} has a messages table that is not a queue's; "
+                "use another database or schema",
                 code="not_a_queue_database",
             )
         try:

@@ -51,7 +51,7 @@ _BLANK = " \t\r"  # JSON whitespace; "\n" never occurs inside a line
 
 
 class Event(NamedTuple):
-    """One validated line: its id, canonical payload text and line number (immutable)."""
+    """One validated line: its id, canonical payload text and line number."""
 
     event_id: str
     payload: str  # canonical JSON text of an object
@@ -228,7 +228,7 @@ def _plain_line(text: str, number: int) -> Event | None:
 
 
 def _decode(text: str) -> Any:
-    """The line's value; a line that fails is decoded again slowly, for the exact reason."""
+    """The line's value; a failing line is decoded again, slowly, for the reason."""
     # too short to hold an integer over the limit: C parses them
     if len(text) <= MAX_INT_DIGITS:
         try:
@@ -241,7 +241,8 @@ def _decode(text: str) -> Any:
 def _check_depth(text: str) -> None:
     """Reject deep nesting before the parser can recurse into it (linear scan)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
-        # even all of them nested could not go too deep (a count runs in C, the scan in Python)
+        # even all of them nested could not go too deep (a count runs in C, the
+        # scan in Python)
         return
     depth = 0
     in_string = False

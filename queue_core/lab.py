@@ -55,7 +55,8 @@ OPERATION = "order-17:charge"
 PAYLOAD = {"amount_cents": 10000}
 STEP_KEYS = ("event", "queue", "deliveries", "effects", "receipts")
 
-# The broker's whole state: one job. A lease deadline exists exactly while it is in flight.
+# The broker's whole state: one job. A lease deadline exists exactly while it is in
+# flight.
 _BROKER_SCHEMA = """
 CREATE TABLE job (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
@@ -138,7 +139,7 @@ class Broker:
             return deliveries + 1, now + LEASE_TICKS
 
     def ack(self, delivery: int) -> None:
-        """Settle the job, if ``delivery`` is the newest one and its lease has not ended."""
+        """Settle the job, if ``delivery`` is the newest one and its lease is on."""
         now = self.clock.now()
         with _transaction(self.path) as conn:
             state, deliveries, lease_until = conn.execute(
@@ -176,12 +177,13 @@ class App:
             receipts.create_table(conn)
 
     def charge(self, *, with_receipt: bool) -> str:
-        """Write the charge in one transaction, under a receipt or not; say what happened."""
+        """Write the charge in one transaction (with a receipt or not); report it."""
         with _transaction(self.path) as conn:
 
             def write_effect() -> str:
                 cursor = conn.execute(
-                    "INSERT INTO ledger (tenant, operation, amount_cents) VALUES (?, ?, ?)",
+                    "INSERT INTO ledger (tenant, operation, amount_cents) "
+                    "VALUES (?, ?, ?)",
                     (TENANT, OPERATION, PAYLOAD["amount_cents"]),
                 )
                 return f"ledger/{cursor.lastrowid}"
@@ -190,8 +192,14 @@ class App:
                 return f"writes the effect ({write_effect()}), no receipt"
             recorded = receipts.record(conn, TENANT, OPERATION, PAYLOAD, write_effect)
             if recorded.reused:
-                return f"finds the receipt and reuses the effect ({recorded.effect}); writes nothing"
-            return f"writes the effect ({recorded.effect}) and its receipt in one transaction"
+                return (
+                    f"finds the receipt and reuses the effect ({recorded.effect}); "
+                    "writes nothing"
+                )
+            return (
+                f"writes the effect ({recorded.effect}) and its receipt "
+                "in one transaction"
+            )
 
     def counts(self) -> tuple[int, int]:
         with closing(sqlite3.connect(self.path)) as conn:
@@ -250,7 +258,8 @@ def _repeat(s: _Story, with_receipt: bool) -> None:
     s.at(1)
     s.step(f"A {s.app.charge(with_receipt=with_receipt)}")
     s.step(
-        f"A stops before its ACK: the effect is committed, delivery {first} is not settled"
+        "A stops before its ACK: the effect is committed, "
+        f"delivery {first} is not settled"
     )
     s.at(LEASE_TICKS)
     second = s.receive("the lease ran out; B")
@@ -268,7 +277,8 @@ def _early_ack(s: _Story) -> None:
     s.at(LEASE_TICKS)
     refusal = s.refused(s.broker.receive)
     s.step(
-        f"B asks for the job: refused, {refusal.code} ({refusal.message}); the charge is lost"
+        f"B asks for the job: refused, {refusal.code} ({refusal.message}); "
+        "the charge is lost"
     )
 
 
@@ -316,7 +326,8 @@ def run_case(case: str, folder: Path | None = None) -> list[Step]:
         )
     story = _Story(folder)
     story.step(
-        f"job accepted ({TENANT}, {OPERATION}, {PAYLOAD['amount_cents']} cents); nothing done yet"
+        f"job accepted ({TENANT}, {OPERATION}, {PAYLOAD['amount_cents']} cents); "
+        "nothing done yet"
     )
     _RUNS[case](story)
     return story.steps
@@ -343,23 +354,22 @@ def to_json(results: dict[str, list[Step]]) -> str:
 
 
 def format_text(results: dict[str, list[Step]]) -> str:
-    """Plain tables of the state after every step, one per story (the event last)."""
+    """Each story as plain text: every step's event, then the state after it."""
     blocks = []
     for case, steps in results.items():
-        lines = [
-            f"{case}: {TITLES[case]}",
-            "queue      deliveries  effects  receipts  event",
-        ]
-        lines += [
-            f"{s.queue:<9}  {s.deliveries:>10}  {s.effects:>7}  {s.receipts:>8}  {s.event}"
-            for s in steps
-        ]
+        lines = [f"{case}: {TITLES[case]}"]
+        for s in steps:
+            lines.append(s.event)
+            lines.append(
+                f"    queue: {s.queue}, deliveries: {s.deliveries}, "
+                f"effects: {s.effects}, receipts: {s.receipts}"
+            )
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
 
 
 def markdown_table(steps: list[Step]) -> str:
-    """A Markdown table of the state after every step (used by the site at build time)."""
+    """A Markdown table of the state after every step (the site's, at build time)."""
     lines = [
         "| event | queue | deliveries | effects | receipts |",
         "| --- | --- | ---: | ---: | ---: |",

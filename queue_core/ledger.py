@@ -8,8 +8,8 @@ given::
 
     store = Store("shop.sqlite3")
     ledger.install(store)                 # the effects table, once
-    store.complete(lease, Handler())      # effect INSERT + re-check + ACK, one transaction
-    ledger.totals(store).total_cents     # the money; ledger.report(store) adds the counts
+    store.complete(lease, Handler())      # effect + re-check + ACK, one transaction
+    ledger.totals(store).total_cents     # the money; ledger.report adds the counts
 
 The rules: ``category`` a string in {book, pen, bag}, ``amount_cents`` an
 integer 1..9,999,999 (a bool is not an integer here). Anything else is a
@@ -63,7 +63,7 @@ class Totals:
 
 @dataclass(frozen=True)
 class Report:
-    """The queue's counts and the ledger's money, read together: ``queue-core status``."""
+    """The queue's counts and the ledger's money, read together (for ``status``)."""
 
     queue: Snapshot
     totals: Totals
@@ -104,7 +104,7 @@ class Handler:
         return cls(categories=DEFAULT_CATEGORIES | frozenset(extra))
 
     def effect(self, payload: Mapping[str, Any]) -> Effect:
-        """The business rule alone: the Effect of ``payload``, or ``PermanentFailure``."""
+        """The business rule alone: the Effect of ``payload``, or PermanentFailure."""
         category = payload.get("category")
         # Check the type before the set lookup: a list is unhashable and would
         # raise TypeError instead of a clean permanent failure.
@@ -128,12 +128,13 @@ class Handler:
         if not MIN_AMOUNT_CENTS <= amount <= MAX_AMOUNT_CENTS:
             raise PermanentFailure(
                 INVALID_PAYLOAD,
-                f"amount_cents must be {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS}, got {amount}",
+                f"amount_cents must be {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS}, "
+                f"got {amount}",
             )
         return Effect(category=category, amount_cents=amount)
 
     def __call__(self, tx: Tx, message: Message) -> None:
-        """Write the effect of ``message`` through ``tx`` (the completion's transaction)."""
+        """Write the effect of ``message`` through ``tx`` (the completion's)."""
         effect = self.effect(message.payload_object)
         tx.execute(
             "INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
@@ -142,7 +143,9 @@ class Handler:
 
 
 def install(store: Store) -> None:
-    """Create the ledger's table in the queue's file, if it is not there yet (one transaction).
+    """Create the ledger's table in the queue's file if it is not there yet.
+
+    One transaction.
 
     A file that has it is only read (a snapshot never waits for the write
     lock), so ``queue-core work`` can start while another process holds it.
@@ -152,7 +155,8 @@ def install(store: Store) -> None:
 
     def create(tx: Tx) -> None:
         if not _table_exists(tx, "messages"):
-            # Only a forged header gets this far: write nothing into a file that is not a queue.
+            # Only a forged header gets this far: write nothing into a file that is
+            # not a queue.
             raise WrongPath(
                 f"{store.path} has no messages table: not a queue database",
                 code="not_a_queue_database",
@@ -169,7 +173,7 @@ def install_tx(tx: Tx) -> None:
 
 
 def totals(store: Store) -> Totals:
-    """The money in the ledger, read in one snapshot (zero if it was never installed)."""
+    """The money in the ledger, read in one snapshot (zero if never installed)."""
     return store.read(totals_tx)
 
 
@@ -183,7 +187,8 @@ def totals_tx(view: Tx) -> Totals:
     ).fetchone()
     by_category = dict(
         view.execute(
-            "SELECT category, CAST(sum(amount_cents) AS BIGINT) FROM effects GROUP BY category ORDER BY category"
+            "SELECT category, CAST(sum(amount_cents) AS BIGINT) FROM effects "
+            "GROUP BY category ORDER BY category"
         ).fetchall()
     )
     return Totals(count, total, by_category)
@@ -212,7 +217,7 @@ def effects_tx(view: Tx) -> list[tuple[str, str, int]]:
 
 
 def has_effect(tx: Tx, event_id: str) -> bool:
-    """Whether the ledger holds the effect of ``event_id`` (the proof a receipt points to)."""
+    """Whether the ledger holds the effect of ``event_id`` (a receipt points to it)."""
     return (
         tx.execute("SELECT 1 FROM effects WHERE event_id = ?", (event_id,)).fetchone()
         is not None

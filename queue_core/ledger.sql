@@ -5,4 +5,4 @@ CREATE TABLE IF NOT EXISTS effects (
     event_id     TEXT    PRIMARY KEY REFERENCES messages (event_id),
     category     TEXT    NOT NULL CHECK (length(category) > 0),
     amount_cents INTEGER NOT NULL CHECK (amount_cents > 0)
-) STRICT, WITHOUT ROWID;  -- one b-tree, not a table plus its key's index: one page less per ACK
+) STRICT, WITHOUT ROWID;  -- one b-tree, no separate key index: one page less per ACK

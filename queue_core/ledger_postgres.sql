@@ -12,6 +12,8 @@ SELECT pg_advisory_xact_lock(1363373938);
 CREATE TABLE IF NOT EXISTS effects (
     event_id     TEXT COLLATE "C" PRIMARY KEY
                  CONSTRAINT effects_event_id_fkey REFERENCES messages (event_id),
-    category     TEXT   NOT NULL CONSTRAINT effects_category_nonempty CHECK (length(category) > 0),
-    amount_cents BIGINT NOT NULL CONSTRAINT effects_amount_positive CHECK (amount_cents > 0)
+    category     TEXT   NOT NULL
+                 CONSTRAINT effects_category_nonempty CHECK (length(category) > 0),
+    amount_cents BIGINT NOT NULL
+                 CONSTRAINT effects_amount_positive CHECK (amount_cents > 0)
 );

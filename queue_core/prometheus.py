@@ -1,4 +1,4 @@
-"""The metrics in Prometheus' text exposition format, for a scrape of a file or a cron job's output.
+"""The metrics in Prometheus' text exposition format, for a scrape or a cron job.
 
 ``queue-core metrics`` prints this; node_exporter's textfile collector, or
 any scraper of the format (version 0.0.4), reads it as it is. Names follow
@@ -12,7 +12,10 @@ from .store import STATES, Metrics
 
 
 def exposition(metrics: Metrics) -> str:
-    """The text exposition of ``metrics``: HELP and TYPE lines, then the samples; ends with a newline."""
+    """The text exposition of ``metrics``, ending with a newline.
+
+    Each family: its HELP and TYPE lines, then its samples.
+    """
     lines: list[str] = []
 
     def family(
@@ -40,7 +43,7 @@ def exposition(metrics: Metrics) -> str:
     family(
         "queue_core_oldest_ready_age_seconds",
         "gauge",
-        "Seconds since the oldest ready message was enqueued (0: none is ready).",
+        "Age of the oldest ready message (0: none).",
         [("", "", metrics.oldest_ready_age or 0)],
     )
     family(
@@ -60,19 +63,19 @@ def exposition(metrics: Metrics) -> str:
     family(
         "queue_core_enqueue_to_done_seconds",
         "summary",
-        "Seconds from enqueue to done of the done messages (since schema version 3).",
+        "From enqueue to done (schema version 3 on).",
         quantiles + [("_sum", "", latency.sum), ("_count", "", latency.count)],
     )
     family(
         "queue_core_enqueue_to_done_max_seconds",
         "gauge",
-        "The longest enqueue to done of the done messages (0: none yet).",
+        "The longest enqueue to done (0: none yet).",
         [("", "", latency.max or 0)],
     )
     family(
         "queue_core_expired_leases_total",
         "counter",
-        "Leases that ran out and a later claim took over (or ended in dead).",
+        "Leases that ran out (taken over, or dead).",
         [("", "", metrics.expired_leases)],
     )
     family(

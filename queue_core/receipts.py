@@ -54,7 +54,10 @@ SCHEMA_FILE: Final = "receipts.sql"  # the table; part of a queue database's sch
 # (two-int advisory keys: a space apart from the store's one-bigint locks).
 SQL_LOCK_KEY_POSTGRES = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
 # Reads the receipt of one operation of one tenant.
-SQL_LOOKUP = "SELECT tenant, operation, payload, effect FROM receipts WHERE tenant = ? AND operation = ?"
+SQL_LOOKUP = (
+    "SELECT tenant, operation, payload, effect FROM receipts "
+    "WHERE tenant = ? AND operation = ?"
+)
 # Writes a new receipt; the primary key refuses a second one for the same key.
 SQL_INSERT = (
     "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (?, ?, ?, ?)"
@@ -99,12 +102,15 @@ class Recorded:
 
 
 def create_table(tx: Transaction) -> None:
-    """Create the receipts table in an SQLite database that is not a queue's (a queue's has it)."""
+    """Create the receipts table in an SQLite database that is not a queue's.
+
+    A queue's database has it already.
+    """
     conn = _open_transaction(tx)
     if isinstance(conn, PostgresConnection):
         raise ValueError(
-            "create_table is for an SQLite database; on PostgreSQL, Store(url) creates the "
-            "receipts table with the queue's schema"
+            "create_table is for an SQLite database; on PostgreSQL, Store(url) "
+            "creates the receipts table with the queue's schema"
         )
     for statement in database.sql_statements(SCHEMA_FILE):
         conn.execute(statement)
@@ -134,14 +140,15 @@ def record(
     if prior is not None:
         if prior.payload != canonical:
             raise OperationConflict(
-                f"{tenant}/{operation} was already recorded with payload {prior.payload}; "
-                f"a different operation needs a new operation key"
+                f"{tenant}/{operation} was already recorded with payload "
+                f"{prior.payload}; a different operation needs a new operation key"
             )
         return Recorded(prior, reused=True)
     effect = write_effect()
     if not isinstance(effect, str) or not effect:
         raise TypeError(
-            f"write_effect must return the effect's reference as a non-empty str, got {effect!r}"
+            "write_effect must return the effect's reference as a non-empty str, "
+            f"got {effect!r}"
         )
     conn.execute(SQL_INSERT, (tenant, operation, canonical, effect))
     return Recorded(Receipt(tenant, operation, canonical, effect), reused=False)
@@ -243,7 +250,8 @@ def _connection(tx: Transaction) -> _Connection:
     conn = getattr(tx, "conn", tx)
     if not isinstance(conn, (sqlite3.Connection, PostgresConnection)):
         raise TypeError(
-            f"expected a store transaction (Tx) or an sqlite3.Connection, got {type(tx).__name__}"
+            "expected a store transaction (Tx) or an sqlite3.Connection, "
+            f"got {type(tx).__name__}"
         )
     return conn
 
@@ -254,8 +262,8 @@ def _open_transaction(tx: Transaction) -> _Connection:
         # Outside a transaction each statement would commit alone, and a
         # receipt could outlive a failed effect (or the reverse).
         raise ValueError(
-            "receipts are written inside the caller's transaction: BEGIN (IMMEDIATE) first, "
-            "or use store.transaction()"
+            "receipts are written inside the caller's transaction: "
+            "BEGIN (IMMEDIATE) first, or use store.transaction()"
         )
     return conn
 
@@ -264,7 +272,8 @@ def _check_key(tenant: Any, operation: Any) -> None:
     for name, value in (("tenant", tenant), ("operation", operation)):
         if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
             raise InvalidReceipt(
-                f"{name} must be a string of 1..{MAX_KEY_CHARS} characters, got {value!r:.60}",
+                f"{name} must be a string of 1..{MAX_KEY_CHARS} characters, "
+                f"got {value!r:.60}",
                 code="invalid_receipt_key",
             )
         try:

@@ -7,7 +7,8 @@
 CREATE TABLE messages (
     event_id     TEXT    PRIMARY KEY
                  CHECK (length(event_id) = 5 AND event_id GLOB 'E[0-9][0-9][0-9][0-9]'),
-    payload      TEXT    NOT NULL CHECK (json_valid(payload) AND json_type(payload) = 'object'),
+    payload      TEXT    NOT NULL
+                 CHECK (json_valid(payload) AND json_type(payload) = 'object'),
     state        TEXT    NOT NULL DEFAULT 'ready'
                  CHECK (state IN ('ready', 'leased', 'done', 'dead')),
     attempts     INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
@@ -21,11 +22,13 @@ CREATE TABLE messages (
     -- Added in version 3, for the metrics (NULL: a row from before version 3).
     enqueued_at  INTEGER CHECK (enqueued_at IS NULL OR enqueued_at >= 0),
     done_at      INTEGER CHECK (done_at IS NULL OR state = 'done'),
-    -- Leases of this message that ran out and a later claim took over (or ended in dead).
+    -- Leases of this message that ran out and a later claim took over (or that
+    -- ended in dead).
     expired_leases INTEGER NOT NULL DEFAULT 0 CHECK (expired_leases >= 0),
     -- Set by prune: the payload is gone ('{}'), its SHA-256 keeps deduplication exact.
     payload_sha256 TEXT CHECK (payload_sha256 IS NULL
-                               OR (state = 'done' AND payload = '{}' AND length(payload_sha256) = 64)),
+                               OR (state = 'done' AND payload = '{}'
+                                   AND length(payload_sha256) = 64)),
     -- A dead message always says why.
     CHECK (state <> 'dead' OR last_error IS NOT NULL)
 ) STRICT;

@@ -43,26 +43,35 @@ CREATE TABLE IF NOT EXISTS messages (
                  CONSTRAINT messages_event_id_format
                  CHECK (length(event_id) = 5 AND event_id ~ '^E[0-9]{4}$'),
     payload      TEXT    NOT NULL
-                 CONSTRAINT messages_payload_object CHECK (queue_core_json_type(payload) = 'object'),
+                 CONSTRAINT messages_payload_object
+                 CHECK (queue_core_json_type(payload) = 'object'),
     state        TEXT    NOT NULL DEFAULT 'ready'
-                 CONSTRAINT messages_state_known CHECK (state IN ('ready', 'leased', 'done', 'dead')),
-    attempts     BIGINT  NOT NULL DEFAULT 0 CONSTRAINT messages_attempts_nonnegative CHECK (attempts >= 0),
-    generation   BIGINT  NOT NULL DEFAULT 0 CONSTRAINT messages_generation_nonnegative CHECK (generation >= 0),
-    available_at BIGINT  NOT NULL CONSTRAINT messages_available_at_nonnegative CHECK (available_at >= 0),
+                 CONSTRAINT messages_state_known
+                 CHECK (state IN ('ready', 'leased', 'done', 'dead')),
+    attempts     BIGINT  NOT NULL DEFAULT 0
+                 CONSTRAINT messages_attempts_nonnegative CHECK (attempts >= 0),
+    generation   BIGINT  NOT NULL DEFAULT 0
+                 CONSTRAINT messages_generation_nonnegative CHECK (generation >= 0),
+    available_at BIGINT  NOT NULL
+                 CONSTRAINT messages_available_at_nonnegative CHECK (available_at >= 0),
     -- A lease deadline exists exactly while the message is leased.
     lease_until  BIGINT  CONSTRAINT messages_lease_until_while_leased
                  CHECK ((state = 'leased') = (lease_until IS NOT NULL)),
-    last_error   TEXT    CONSTRAINT messages_last_error_nonempty CHECK (last_error IS NULL OR length(last_error) > 0),
+    last_error   TEXT    CONSTRAINT messages_last_error_nonempty
+                 CHECK (last_error IS NULL OR length(last_error) > 0),
     -- The human-readable reason beside last_error's code.
-    last_detail  TEXT    CONSTRAINT messages_last_detail_with_error CHECK (last_detail IS NULL OR last_error IS NOT NULL),
+    last_detail  TEXT    CONSTRAINT messages_last_detail_with_error
+                 CHECK (last_detail IS NULL OR last_error IS NOT NULL),
     -- A dead message always says why.
-    CONSTRAINT messages_dead_with_error CHECK (state <> 'dead' OR last_error IS NOT NULL)
+    CONSTRAINT messages_dead_with_error
+    CHECK (state <> 'dead' OR last_error IS NOT NULL)
 );
 
 -- Version 3 (also added to a version 2 database): timestamps and counts for
 -- the metrics (NULL: a row from before), and the hash prune keeps.
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS enqueued_at BIGINT
-    CONSTRAINT messages_enqueued_at_nonnegative CHECK (enqueued_at IS NULL OR enqueued_at >= 0);
+    CONSTRAINT messages_enqueued_at_nonnegative
+    CHECK (enqueued_at IS NULL OR enqueued_at >= 0);
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS done_at BIGINT
     CONSTRAINT messages_done_at_when_done CHECK (done_at IS NULL OR state = 'done');
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS expired_leases BIGINT NOT NULL DEFAULT 0
@@ -80,18 +89,29 @@ CREATE INDEX IF NOT EXISTS messages_claimable
 -- Idempotency receipts: (tenant, operation) -> canonical payload, and the
 -- effect it produced. Written in the same transaction as that effect.
 CREATE TABLE IF NOT EXISTS receipts (
-    tenant    TEXT NOT NULL CONSTRAINT receipts_tenant_length CHECK (length(tenant) BETWEEN 1 AND 200),
-    operation TEXT NOT NULL CONSTRAINT receipts_operation_length CHECK (length(operation) BETWEEN 1 AND 200),
-    payload   TEXT NOT NULL CONSTRAINT receipts_payload_json CHECK (queue_core_json_type(payload) <> 'invalid'),
-    effect    TEXT NOT NULL CONSTRAINT receipts_effect_nonempty CHECK (length(effect) > 0),
+    tenant    TEXT NOT NULL
+              CONSTRAINT receipts_tenant_length
+              CHECK (length(tenant) BETWEEN 1 AND 200),
+    operation TEXT NOT NULL
+              CONSTRAINT receipts_operation_length
+              CHECK (length(operation) BETWEEN 1 AND 200),
+    payload   TEXT NOT NULL
+              CONSTRAINT receipts_payload_json
+              CHECK (queue_core_json_type(payload) <> 'invalid'),
+    effect    TEXT NOT NULL
+              CONSTRAINT receipts_effect_nonempty CHECK (length(effect) > 0),
     PRIMARY KEY (tenant, operation)
 );
 
 -- What PRAGMA application_id and user_version say on SQLite: one row, never two.
 CREATE TABLE IF NOT EXISTS queue_core_schema (
-    singleton      BOOLEAN PRIMARY KEY DEFAULT TRUE CONSTRAINT queue_core_schema_one_row CHECK (singleton),
-    application_id BIGINT  NOT NULL CONSTRAINT queue_core_schema_application CHECK (application_id = 1363373938),
-    version        INTEGER NOT NULL CONSTRAINT queue_core_schema_version_positive CHECK (version >= 1)
+    singleton      BOOLEAN PRIMARY KEY DEFAULT TRUE
+                   CONSTRAINT queue_core_schema_one_row CHECK (singleton),
+    application_id BIGINT  NOT NULL
+                   CONSTRAINT queue_core_schema_application
+                   CHECK (application_id = 1363373938),
+    version        INTEGER NOT NULL
+                   CONSTRAINT queue_core_schema_version_positive CHECK (version >= 1)
 );
 -- A database that already has its row keeps it; the statements above and
 -- below move a version 2 database to version 3 (engine_postgres.prepare

@@ -97,7 +97,7 @@ Probe = Callable[[str], None]  # told each point of PROBE_POINTS as it is reache
 
 
 def backoff_seconds(attempt: int) -> int:
-    """Delay before the next attempt after a temporary failure of ``attempt``: 1 s, 2 s, 4 s..."""
+    """Delay after a temporary failure of ``attempt``: 1 s, 2 s, 4 s..."""
     return int(2 ** (attempt - 1))
 
 
@@ -189,7 +189,10 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Latency:
-    """Seconds from enqueue to done over the done messages that have both times (nearest-rank percentiles)."""
+    """Seconds from enqueue to done of the done messages that have both times.
+
+    The percentiles are nearest-rank.
+    """
 
     count: int
     p50: int | None
@@ -203,7 +206,9 @@ class Latency:
 
 @dataclass(frozen=True)
 class Metrics:
-    """What an operator watches (``Store.metrics``, ``queue-core status`` and ``metrics``), read in one snapshot.
+    """What an operator watches, read in one snapshot.
+
+    ``Store.metrics`` returns it; ``queue-core status`` and ``metrics`` print it.
 
     Times are whole seconds of the store's clock at ``now``. A message stored
     before schema version 3 has no enqueue or done time: it is counted by
@@ -256,14 +261,20 @@ class Tx:
         self._server_clock = server_clock
 
     def now(self) -> int:
-        """Read the clock again (a long handler may have let time pass), in whole seconds rounded down."""
+        """Read the clock again, in whole seconds rounded down.
+
+        A long handler may have let time pass since the transaction began.
+        """
         # PostgreSQL with the system clock: the server's, one clock for every host
         if self._server_clock:
             return int(self.conn.server_now())  # type: ignore[attr-defined]
         return self.clock.now()
 
     def instant(self) -> float:
-        """Read the clock again with its fraction (a clock without ``time()`` ticks in whole seconds)."""
+        """Read the clock again with its fraction.
+
+        A clock without ``time()`` ticks in whole seconds.
+        """
         if self._server_clock:
             return float(self.conn.server_time())  # type: ignore[attr-defined]
         reading = getattr(self.clock, "time", None)
@@ -277,7 +288,7 @@ class Tx:
 
 
 class Heartbeat:
-    """A background thread that extends one lease until the block ends (``Store.heartbeat``)."""
+    """A thread that extends one lease until the block ends (``Store.heartbeat``)."""
 
     def __init__(
         self, store: Store, lease: Lease, every: float, lease_seconds: int
@@ -332,7 +343,9 @@ class Handler(Protocol):
 
 
 class Store:
-    """A queue in one SQLite file, or in one PostgreSQL database (a ``postgresql://`` URL).
+    """A queue in one SQLite file, or in one PostgreSQL database.
+
+    ``path`` is the SQLite file, or a ``postgresql://`` URL.
 
     A store keeps one connection per thread until ``close()``; use it as
     ``with Store(path) as store:``. A store dropped without ``close()`` keeps
@@ -367,7 +380,8 @@ class Store:
             )
         if clock is not None and not callable(getattr(clock, "now", None)):
             raise TypeError(
-                f"clock must have a now() method returning seconds, got {type(clock).__name__}"
+                "clock must have a now() method returning seconds, "
+                f"got {type(clock).__name__}"
             )
         if (
             isinstance(max_attempts, bool)
@@ -392,9 +406,11 @@ class Store:
             or not 0 <= busy_retry_seconds < float("inf")
         ):
             raise ValueError(
-                f"busy_retry_seconds must be a number of seconds, 0 or more, got {busy_retry_seconds!r}"
+                "busy_retry_seconds must be a number of seconds, 0 or more, "
+                f"got {busy_retry_seconds!r}"
             )
-        # "postgresql://..." selects PostgreSQL (engine_postgres.py); anything else is an SQLite file.
+        # "postgresql://..." selects PostgreSQL (engine_postgres.py); anything
+        # else is an SQLite file.
         self.url: str | None = str(path) if engine_postgres.is_url(path) else None
         self.engine = "postgresql" if self.url else "sqlite"
         self.path = Path(path) if self.url is None else Path(".")
@@ -432,7 +448,7 @@ class Store:
         if version < database.SCHEMA_VERSION:
             with self._connection() as conn:
                 database.prepare(conn, self.path)
-                # a migration: put the new version into the file itself, not only the WAL
+                # a migration: the new version into the file itself, not only the WAL
                 if version > 0:
                     database.checkpoint(conn)
 
@@ -516,7 +532,7 @@ class Store:
         return conn
 
     def _release_thread_connection(self) -> None:
-        """Close this thread's connection now, for a thread that ends before the store does."""
+        """Close this thread's connection now (its thread ends before the store)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             return
@@ -528,7 +544,10 @@ class Store:
 
     def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
         if self.url is not None:
-            return engine_postgres.Connection(self.url, busy_timeout_ms=self.busy_timeout_ms)  # type: ignore[return-value]
+            postgres = engine_postgres.Connection(
+                self.url, busy_timeout_ms=self.busy_timeout_ms
+            )
+            return postgres  # type: ignore[return-value]
         return database.connect(
             self.path,
             busy_timeout_ms=self.busy_timeout_ms,
@@ -580,7 +599,8 @@ class Store:
 
     @contextmanager
     def _transaction(self, operation: str | None) -> Iterator[Tx]:
-        # The with-block form of _write_once (same steps), for transaction() and nested calls.
+        # The with-block form of _write_once (same steps), for transaction()
+        # and nested calls.
         probed = operation is not None and self._probe is not None
         with self._connection() as conn, self.writer_turn():
             try:
@@ -595,7 +615,8 @@ class Store:
     def _begin(self, conn: sqlite3.Connection, probed_operation: str | None) -> None:
         # IMMEDIATE: the write lock before the first read, so that what a
         # transaction reads cannot change before it writes.
-        # (PostgreSQL has no database write lock: its transactions lock the rows they take.)
+        # (PostgreSQL has no database write lock: its transactions lock the
+        # rows they take.)
         conn.execute("BEGIN" if self.url is not None else "BEGIN IMMEDIATE")
         if probed_operation:
             self._at(f"{probed_operation}.after_begin")
@@ -606,7 +627,10 @@ class Store:
         conn.execute("COMMIT")
 
     def _roll_back(self, conn: sqlite3.Connection, exc: BaseException) -> NoReturn:
-        """Undo the open transaction after ``exc`` and raise it (an sqlite3 error as its StorageError)."""
+        """Undo the open transaction after ``exc`` and raise it.
+
+        An sqlite3 error is raised as its ``StorageError``.
+        """
         if conn.in_transaction:
             try:
                 conn.execute("ROLLBACK")
@@ -622,7 +646,8 @@ class Store:
         with self._connection() as conn:
             try:
                 try:
-                    # PostgreSQL: one snapshot for all of the body's statements, as a WAL read on SQLite.
+                    # PostgreSQL: one snapshot for all of the body's statements,
+                    # like a WAL read on SQLite.
                     conn.execute(
                         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
                         if self.url
@@ -655,7 +680,8 @@ class Store:
         effects outside the transaction.
 
         :param body: writes through ``tx.execute``; its return value is returned.
-        :raises StorageError: ``database_busy`` after ``busy_retry_seconds``, or another storage code.
+        :raises StorageError: ``database_busy`` after ``busy_retry_seconds``, or
+            another storage code.
         """
         return self._write(None, body)
 
@@ -663,7 +689,9 @@ class Store:
         return self._retry_busy(lambda: self._write_once(operation, body))
 
     def _write_once(self, operation: str | None, body: Callable[[Tx], T]) -> T:
-        """One write transaction: ``_begin``, ``body(tx)``, ``COMMIT``; any exception rolls back.
+        """One write transaction: ``_begin``, ``body(tx)``, ``COMMIT``.
+
+        Any exception rolls back.
 
         The store's own operations come here; ``transaction()`` does the same
         for a caller's with-block. Written out rather than built from context
@@ -712,10 +740,11 @@ class Store:
     def enqueue(self, data: bytes | str | Batch) -> EnqueueResult:
         """Validate a whole JSONL batch, then store its new events in one transaction.
 
-        :param data: JSONL text or bytes, one ``{"event_id": ..., "payload": {...}}`` per line,
-            or a ``Batch`` from ``parse_batch``.
+        :param data: JSONL text or bytes, one ``{"event_id": ..., "payload": {...}}``
+            per line, or a ``Batch`` from ``parse_batch``.
         :returns: how many events were new and how many were duplicates.
-        :raises BatchRejected: on the first bad line (its number and code); nothing is written.
+        :raises BatchRejected: on the first bad line (its number and code); nothing
+            is written.
         """
         if isinstance(data, Batch):
             batch = data
@@ -725,7 +754,8 @@ class Store:
             )
         else:
             raise TypeError(
-                f"enqueue takes JSONL text (str or bytes) or a parsed Batch, got {type(data).__name__}; "
+                "enqueue takes JSONL text (str or bytes) or a parsed Batch, "
+                f"got {type(data).__name__}; "
                 'one event is one line: \'{"event_id": "E0001", "payload": {...}}\''
             )
         return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch))
@@ -738,7 +768,8 @@ class Store:
         """
         if not isinstance(batch, Batch):
             raise TypeError(
-                f"enqueue_tx takes a Batch from parse_batch(), got {type(batch).__name__}"
+                "enqueue_tx takes a Batch from parse_batch(), "
+                f"got {type(batch).__name__}"
             )
         now = tx.now()
         # One read for the whole batch, then one INSERT statement for its new events.
@@ -750,7 +781,8 @@ class Store:
                 "SELECT pg_advisory_xact_lock(?)", (database.APPLICATION_ID + 1,)
             )
             found = tx.execute(
-                "SELECT event_id, payload, payload_sha256 FROM messages WHERE event_id = ANY(?)",
+                "SELECT event_id, payload, payload_sha256 FROM messages "
+                "WHERE event_id = ANY(?)",
                 (ids,),
             )
         else:
@@ -774,7 +806,8 @@ class Store:
         for event in batch.events:
             payload = stored.get(event.event_id)
             if payload is None and event.event_id in pruned:
-                # Pruned: the same canonical payload has the same hash, another one (all but surely) not.
+                # Pruned: the same canonical payload has the same hash, another
+                # one (all but surely) not.
                 payload = (
                     event.payload
                     if payload_digest(event.payload) == pruned[event.event_id]
@@ -787,7 +820,8 @@ class Store:
             else:
                 raise BatchRejected(
                     "event_conflict",
-                    f"{event.event_id} is already stored with a different payload; a fix needs a new event id",
+                    f"{event.event_id} is already stored with a different payload; "
+                    "a fix needs a new event id",
                     event.line,
                 )
         if new:
@@ -796,7 +830,8 @@ class Store:
             for start in range(0, len(new), _INSERT_ROWS):
                 chunk = new[start : start + _INSERT_ROWS]
                 tx.execute(
-                    "INSERT INTO messages (event_id, payload, state, available_at, enqueued_at) VALUES "
+                    "INSERT INTO messages"
+                    " (event_id, payload, state, available_at, enqueued_at) VALUES "
                     + ", ".join(["(?, ?, 'ready', ?, ?)"] * len(chunk)),
                     [value for row in chunk for value in row],
                 )
@@ -808,7 +843,8 @@ class Store:
     def claim(self, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease | None:
         """Lease the next available message, or return None if there is none now.
 
-        :param lease_seconds: how long the lease lasts; complete before ``lease.lease_until``.
+        :param lease_seconds: how long the lease lasts; complete before
+            ``lease.lease_until``.
         :returns: the lease (event id, generation, attempt, deadline), or ``None``.
         """
         _check_lease_seconds(lease_seconds)
@@ -831,8 +867,9 @@ class Store:
     def _claim_up_to(
         self, tx: Tx, count: int, lease_seconds: int, instant: float
     ) -> list[Lease]:
-        """Lease the next ``count`` claimable messages in claim order: what ``count`` claims would lease.
+        """Lease the next ``count`` claimable messages, in claim order.
 
+        It leases what ``count`` claims would lease.
         One read finds the candidates. A candidate whose last allowed lease
         ran out goes to dead (a silent death spent the budget), and the search
         goes on past it. ``instant`` is the clock's reading: what has come is
@@ -860,12 +897,13 @@ class Store:
                 expired = int(expired_at is not None)
                 if attempts >= self.max_attempts:
                     tx.execute(
-                        "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ?, "
+                        "UPDATE messages SET state = 'dead', lease_until = NULL, "
+                        "last_error = ?, last_detail = ?, "
                         "expired_leases = expired_leases + 1 WHERE event_id = ?",
                         (
                             LEASE_EXPIRED,
-                            f"the lease of claim {attempts} of {self.max_attempts} ended at "
-                            f"{expired_at} with no completion",
+                            f"the lease of claim {attempts} of {self.max_attempts} "
+                            f"ended at {expired_at} with no completion",
                             event_id,
                         ),
                     )
@@ -904,15 +942,18 @@ class Store:
         refuses; everything the handler wrote is rolled back with it.
 
         :param lease: what ``claim`` returned.
-        :param handler: ``handler(tx, message)`` writes the effect through ``tx``; it refuses a
-            payload by raising ``PermanentFailure`` or ``TemporaryFailure``.
+        :param handler: ``handler(tx, message)`` writes the effect through ``tx``;
+            it refuses a payload by raising ``PermanentFailure`` or
+            ``TemporaryFailure``.
         :returns: the outcome: ``DONE``, ``RETRY`` (with ``available_at``) or ``DEAD``.
-        :raises LeaseLost: the lease is no longer the message's current, unexpired lease.
+        :raises LeaseLost: the lease is no longer the message's current, unexpired
+            lease.
         """
         _check_lease(lease)
         if not callable(handler):
             raise TypeError(
-                f"handler must be callable as handler(tx, message), got {type(handler).__name__}"
+                "handler must be callable as handler(tx, message), "
+                f"got {type(handler).__name__}"
             )
         return self._write(
             "complete", lambda tx: self._complete_with(tx, lease, handler)
@@ -931,9 +972,10 @@ class Store:
                 handler(tx, message)
             except Exception as exc:
                 if not tx.conn.in_transaction:
-                    # SQLite itself ended the transaction (e.g. a full disk): nothing to record in
+                    # SQLite itself ended the transaction (e.g. a full disk):
+                    # nothing is left to record the refusal in
                     raise
-                # the handler's writes; the read before them wrote nothing
+                # undo the handler's writes; the read before them wrote nothing
                 tx.execute("ROLLBACK TO message")
                 code, detail, permanent = refusal(exc)
                 result = self._refuse(tx, lease, code, detail, permanent=permanent)
@@ -949,7 +991,7 @@ class Store:
         return result
 
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
-        """The message if ``lease`` is still its current, unexpired lease; else ``LeaseLost``.
+        """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
 
         The fenced check that opens a completion: the payload comes from here,
         from the database, never from the caller.
@@ -968,7 +1010,8 @@ class Store:
             raise LeaseLost(f"{lease.event_id} is {message.state}, not leased")
         if not now < message.lease_until:
             raise LeaseLost(
-                f"{lease.event_id}: the lease ended at {message.lease_until} (now {now})"
+                f"{lease.event_id}: the lease ended at {message.lease_until} "
+                f"(now {now})"
             )
         return message
 
@@ -989,13 +1032,15 @@ class Store:
         # this lease is its current, unexpired lease.
         acked = tx.execute(
             "UPDATE messages SET state = 'done', lease_until = NULL, done_at = ? "
-            "WHERE event_id = ? AND generation = ? AND state = 'leased' AND lease_until > ?",
+            "WHERE event_id = ? AND generation = ? "
+            "AND state = 'leased' AND lease_until > ?",
             (now, lease.event_id, lease.generation, now),
         ).rowcount
         if acked != 1:
             self.leased_tx(tx, lease)  # raises LeaseLost with the reason
             raise LeaseLost(
-                f"{lease.event_id}: generation {lease.generation} is no longer the current lease"
+                f"{lease.event_id}: generation {lease.generation} "
+                "is no longer the current lease"
             )
         self._at("complete.after_update")
         return Completion(lease.event_id, Outcome.DONE)
@@ -1005,13 +1050,14 @@ class Store:
     def claim_many(
         self, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
     ) -> list[Lease]:
-        """Lease up to ``count`` available messages in one transaction (the batched path).
+        """Lease up to ``count`` available messages in one transaction (batched).
 
         Each lease is the one ``claim`` would have given, with its own
         generation; they only share one commit. Empty if nothing is available.
 
         :param count: at most this many leases (1..``MAX_BATCH``).
-        :param lease_seconds: how long each lease lasts; it must cover the whole batch's work.
+        :param lease_seconds: how long each lease lasts; it must cover the whole
+            batch's work.
         """
         _check_count(count)
         _check_lease_seconds(lease_seconds)
@@ -1030,7 +1076,9 @@ class Store:
     def complete_many(
         self, leases: Iterable[Lease], handler: Handler
     ) -> list[Completion]:
-        """Complete several leased messages in one transaction, each with its own effect and ACK.
+        """Complete several leased messages in one transaction.
+
+        Each message has its own effect and ACK.
 
         Every message runs exactly as in ``complete`` (fenced check, the
         handler's writes, re-check, ACK), inside a savepoint of its own: its
@@ -1051,7 +1099,8 @@ class Store:
             )
         if not callable(handler):
             raise TypeError(
-                f"handler must be callable as handler(tx, message), got {type(handler).__name__}"
+                "handler must be callable as handler(tx, message), "
+                f"got {type(handler).__name__}"
             )
         return self._write(
             "complete_many", lambda tx: self.complete_many_tx(tx, batch, handler)
@@ -1080,7 +1129,9 @@ class Store:
     # ---------------------------------------------------------------- extend
 
     def extend(self, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease:
-        """Heartbeat: the same lease, now ending ``lease_seconds`` from now; fenced like a completion.
+        """Heartbeat: the same lease, now ending ``lease_seconds`` from now.
+
+        It is fenced like a completion.
 
         Only the message's current, unexpired lease can be extended: a stale
         generation, an expired lease (it cannot be revived) or a finished
@@ -1089,10 +1140,13 @@ class Store:
         ChangeMessageVisibility, the new deadline counts from now, so it may
         also shorten a lease.
 
-        :param lease: the current lease (what ``claim`` or an earlier ``extend`` returned).
+        :param lease: the current lease (what ``claim`` or an earlier ``extend``
+            returned).
         :param lease_seconds: the lease then ends this many seconds from now.
-        :returns: the lease with its new ``lease_until``; complete with it (or with the old one).
-        :raises LeaseLost: the lease is no longer the message's current, unexpired lease.
+        :returns: the lease with its new ``lease_until``; complete with it (or with
+            the old one).
+        :raises LeaseLost: the lease is no longer the message's current, unexpired
+            lease.
         """
         _check_lease(lease)
         _check_lease_seconds(lease_seconds)
@@ -1118,12 +1172,14 @@ class Store:
         # The same fence in the UPDATE itself, as in complete_tx.
         changed = tx.execute(
             "UPDATE messages SET lease_until = ? "
-            "WHERE event_id = ? AND generation = ? AND state = 'leased' AND lease_until > ?",
+            "WHERE event_id = ? AND generation = ? "
+            "AND state = 'leased' AND lease_until > ?",
             (extended.lease_until, lease.event_id, lease.generation, now),
         ).rowcount
         if changed != 1:
             raise LeaseLost(
-                f"{lease.event_id}: generation {lease.generation} is no longer the current lease"
+                f"{lease.event_id}: generation {lease.generation} "
+                "is no longer the current lease"
             )
         self._at("extend.after_update")
         return extended
@@ -1131,7 +1187,9 @@ class Store:
     def heartbeat(
         self, lease: Lease, *, every: float, lease_seconds: int = DEFAULT_LEASE_SECONDS
     ) -> Heartbeat:
-        """Keep extending ``lease`` every ``every`` seconds in a background thread while long work runs.
+        """Keep extending ``lease`` every ``every`` seconds while long work runs.
+
+        The extensions run in a background thread.
 
         Use it around work done between ``claim`` and ``complete``::
 
@@ -1230,8 +1288,8 @@ class Store:
     ) -> Completion:
         if permanent or message.attempts >= self.max_attempts:
             tx.execute(
-                "UPDATE messages SET state = 'dead', lease_until = NULL, last_error = ?, last_detail = ? "
-                "WHERE event_id = ?",
+                "UPDATE messages SET state = 'dead', lease_until = NULL, "
+                "last_error = ?, last_detail = ? WHERE event_id = ?",
                 (code, detail, message.event_id),
             )
             outcome = Completion(message.event_id, Outcome.DEAD, code, detail=detail)
@@ -1239,8 +1297,9 @@ class Store:
             available_at = tx.now() + backoff_seconds(message.attempts)
             tx.execute(
                 """
-                UPDATE messages SET state = 'ready', lease_until = NULL, available_at = ?,
-                                    last_error = ?, last_detail = ?
+                UPDATE messages
+                SET state = 'ready', lease_until = NULL, available_at = ?,
+                    last_error = ?, last_detail = ?
                 WHERE event_id = ?
                 """,
                 (available_at, code, detail, message.event_id),
@@ -1256,7 +1315,8 @@ class Store:
     def redrive(self, event_ids: Iterable[str]) -> list[str]:
         """Give dead messages a new cycle (all or none); returns the ids.
 
-        :param event_ids: ids of dead messages; their attempts start again, generation and payload are kept.
+        :param event_ids: ids of dead messages; their attempts start again,
+            generation and payload are kept.
         :raises NotDead: one of them is not dead (nothing is changed).
         :raises UnknownEvent: one of them is not in the queue (nothing is changed).
         """
@@ -1290,7 +1350,8 @@ class Store:
                     f"{event_id} is {row[0]}; only dead messages can be redriven"
                 )
             tx.execute(
-                "UPDATE messages SET state = 'ready', attempts = 0, available_at = ? WHERE event_id = ?",
+                "UPDATE messages SET state = 'ready', attempts = 0, available_at = ? "
+                "WHERE event_id = ?",
                 (now, event_id),
             )
             self._at("redrive.after_update")
@@ -1314,7 +1375,7 @@ class Store:
         )
 
     def metrics(self) -> Metrics:
-        """Counts, the oldest ready message's age, dead messages' attempts, enqueue-to-done latency, expired leases."""
+        """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""
         return self.read(self.metrics_tx)
 
     def metrics_tx(self, view: Tx) -> Metrics:
@@ -1326,12 +1387,17 @@ class Store:
         ).fetchone()[0]
         dead = dict(
             view.execute(
-                "SELECT attempts, count(*) FROM messages WHERE state = 'dead' GROUP BY attempts ORDER BY attempts"
+                "SELECT attempts, count(*) FROM messages WHERE state = 'dead' "
+                "GROUP BY attempts ORDER BY attempts"
             )
         )
-        timed = "FROM messages WHERE state = 'done' AND enqueued_at IS NOT NULL AND done_at IS NOT NULL"
+        timed = (
+            "FROM messages WHERE state = 'done' "
+            "AND enqueued_at IS NOT NULL AND done_at IS NOT NULL"
+        )
         done, longest, total = view.execute(
-            f"SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0) {timed}"
+            "SELECT count(*), max(done_at - enqueued_at), "
+            f"coalesce(sum(done_at - enqueued_at), 0) {timed}"
         ).fetchone()
 
         def percentile(p: int) -> int | None:
@@ -1346,7 +1412,8 @@ class Store:
             return int(row[0])
 
         expired, pruned = view.execute(
-            "SELECT coalesce(sum(expired_leases), 0), count(payload_sha256) FROM messages"
+            "SELECT coalesce(sum(expired_leases), 0), count(payload_sha256) "
+            "FROM messages"
         ).fetchone()
         return Metrics(
             now=now,
@@ -1367,7 +1434,9 @@ class Store:
     # ---------------------------------------------------------------- prune
 
     def prune(self, older_than_seconds: int) -> Pruned:
-        """Remove the payloads of done messages ACKed at least ``older_than_seconds`` ago; keep what dedup needs.
+        """Remove payloads of done messages ACKed at least ``older_than_seconds`` ago.
+
+        Prune keeps what deduplication needs.
 
         A pruned message keeps its id, state, counts and times, and the
         SHA-256 of its canonical payload: enqueueing its id again with the
@@ -1376,13 +1445,15 @@ class Store:
         nor done messages from before schema version 3 (their age is unknown).
         One transaction: all or nothing.
 
-        :param older_than_seconds: 0 or more; ``0`` prunes every done message with a done time.
+        :param older_than_seconds: 0 or more; ``0`` prunes every done message with
+            a done time.
         """
         if isinstance(older_than_seconds, bool) or not isinstance(
             older_than_seconds, int
         ):
             raise TypeError(
-                f"older_than_seconds must be an integer, got {type(older_than_seconds).__name__}"
+                "older_than_seconds must be an integer, "
+                f"got {type(older_than_seconds).__name__}"
             )
         if older_than_seconds < 0:
             raise ValueError(
@@ -1397,14 +1468,16 @@ class Store:
         while True:  # in chunks, so that memory stays flat however many payloads go
             rows = tx.execute(
                 "SELECT event_id, payload FROM messages "
-                "WHERE state = 'done' AND payload_sha256 IS NULL AND done_at IS NOT NULL AND done_at <= ? "
+                "WHERE state = 'done' AND payload_sha256 IS NULL "
+                "AND done_at IS NOT NULL AND done_at <= ? "
                 "ORDER BY event_id LIMIT ?",
                 (cutoff, _PRUNE_CHUNK),
             ).fetchall()
             if not rows:
                 break
             tx.conn.executemany(
-                "UPDATE messages SET payload = '{}', payload_sha256 = ? WHERE event_id = ?",
+                "UPDATE messages SET payload = '{}', payload_sha256 = ? "
+                "WHERE event_id = ?",
                 [(payload_digest(payload), event_id) for event_id, payload in rows],
             )
             pruned += len(rows)
@@ -1452,8 +1525,9 @@ _PRUNE_CHUNK = 1_000
 _INSERT_ROWS = 250
 
 _MESSAGE_COLUMNS = (
-    "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, "
-    "last_detail, enqueued_at, done_at, expired_leases, payload_sha256 IS NOT NULL"
+    "event_id, payload, state, attempts, generation, available_at, lease_until, "
+    "last_error, last_detail, enqueued_at, done_at, expired_leases, "
+    "payload_sha256 IS NOT NULL"
 )
 
 
@@ -1473,15 +1547,19 @@ def _fetch_message(tx: Tx, event_id: str, *, lock: bool = False) -> Message | No
 
 
 def refusal(exc: Exception) -> tuple[str, str | None, bool]:
-    """What a handler's exception records: (code, detail, permanent); anything unexpected is ``handler_error``."""
+    """What a handler's exception records: (code, detail, permanent).
+
+    Anything unexpected is a ``handler_error``.
+    """
     if isinstance(exc, HandlerFailure):
         return exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
     return HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
 
 
 def lease_deadline(instant: float, lease_seconds: int) -> int:
-    """A new lease's ``lease_until``: counted from the next whole second, so it lasts at least ``lease_seconds``.
+    """A new lease's ``lease_until``, counted from the next whole second.
 
+    So it lasts at least ``lease_seconds``.
     A lease is valid while ``now() < lease_until``, and ``now()`` rounds the time
     down: counted from the second below, a lease taken at 1000.9 would end at
     1001.0 after 0.1 s.
@@ -1490,14 +1568,15 @@ def lease_deadline(instant: float, lease_seconds: int) -> int:
 
 
 def payload_digest(canonical: str) -> str:
-    """The SHA-256 (hex) of a canonical payload: what prune keeps of it, for deduplication."""
+    """The SHA-256 (hex) of a canonical payload: what prune keeps, for deduplication."""
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _check_lease_seconds(lease_seconds: object) -> None:
     if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int):
         raise TypeError(
-            f"lease_seconds must be an integer of seconds, got {type(lease_seconds).__name__}"
+            "lease_seconds must be an integer of seconds, "
+            f"got {type(lease_seconds).__name__}"
         )
     if not 1 <= lease_seconds <= MAX_LEASE_SECONDS:
         raise ValueError(

@@ -113,7 +113,7 @@ _TAKEN = -2  # _lock: another process kept the turn for longer than we may wait
 
 
 def _lock(name: str, wait_seconds: float) -> int:
-    """The locked lock file; -1 if there can be no turns; ``_TAKEN`` after ``wait_seconds``."""
+    """The locked lock file; -1: no turns; ``_TAKEN`` after ``wait_seconds``."""
     try:
         fd = os.open(f"{name}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
@@ -139,7 +139,7 @@ class _Wait:
 
 
 def _wait_in_queue(fd: int, wait_seconds: float) -> bool:
-    """Queue in the kernel for the lock on ``fd`` (fair), giving up after ``wait_seconds``.
+    """Queue in the kernel (fairly) for the lock on ``fd``, up to ``wait_seconds``.
 
     A helper thread makes the blocking ``flock`` call. If the caller gives up
     first, the helper keeps ``fd`` and closes it the moment it gets the lock,

@@ -81,7 +81,8 @@ class LongHandler(Generic[R]):
         for step in ("prepare", "write"):
             if not callable(getattr(self, step)):
                 raise TypeError(
-                    f"LongHandler.{step} must be callable, got {type(getattr(self, step)).__name__}"
+                    f"LongHandler.{step} must be callable, "
+                    f"got {type(getattr(self, step)).__name__}"
                 )
 
 
@@ -108,12 +109,18 @@ def work(
     outside any transaction under ``Store.heartbeat``, then the completion
     with its ``write``.
 
-    :param store: the queue; ``work`` opens no connection of its own (a heartbeat's thread opens one).
-    :param handler: ``handler(tx, message)``, as for ``Store.complete``; or a ``LongHandler``.
-    :param lease_seconds: each lease's length; longer than the handler takes (k handlers with ``batch=k``).
-    :param max_messages: stop after claiming this many (``None``: until none is available now).
-    :param batch: messages per claim transaction and per completion transaction (1..``MAX_BATCH``).
-    :param progress: called with the counts so far after each turn (about every 50 ms while busy).
+    :param store: the queue; ``work`` opens no connection of its own (a heartbeat's
+        thread opens one).
+    :param handler: ``handler(tx, message)``, as for ``Store.complete``; or a
+        ``LongHandler``.
+    :param lease_seconds: each lease's length; longer than the handler takes (k
+        handlers with ``batch=k``).
+    :param max_messages: stop after claiming this many (``None``: until none is
+        available now).
+    :param batch: messages per claim transaction and per completion transaction
+        (1..``MAX_BATCH``).
+    :param progress: called with the counts so far after each turn (about every
+        50 ms while busy).
     :param heartbeat_every: a ``LongHandler``'s heartbeat interval in seconds, below
         ``lease_seconds`` (default: a quarter of it: after two beats in a row fail fast,
         the third, three quarters into the lease, still extends it in time).
@@ -125,7 +132,8 @@ def work(
     if isinstance(handler, LongHandler):
         if batch != 1:
             raise ValueError(
-                f"a LongHandler takes one message at a time: batch must be 1, got {batch!r}"
+                "a LongHandler takes one message at a time: "
+                f"batch must be 1, got {batch!r}"
             )
         _check_lease_seconds(lease_seconds)
         every = lease_seconds / 4 if heartbeat_every is None else heartbeat_every
@@ -140,18 +148,20 @@ def work(
             )
     elif heartbeat_every is not None:
         raise ValueError(
-            "heartbeat_every needs a LongHandler: a plain handler runs inside the completion's "
-            "transaction, where no extension can commit"
+            "heartbeat_every needs a LongHandler: a plain handler runs inside the "
+            "completion's transaction, where no extension can commit"
         )
     elif not callable(handler):
         raise TypeError(
-            f"handler must be callable as handler(tx, message), got {type(handler).__name__}"
+            "handler must be callable as handler(tx, message), "
+            f"got {type(handler).__name__}"
         )
     if max_messages is not None and (
         isinstance(max_messages, bool) or not isinstance(max_messages, int)
     ):
         raise TypeError(
-            f"max_messages must be an integer or None, got {type(max_messages).__name__}"
+            "max_messages must be an integer or None, "
+            f"got {type(max_messages).__name__}"
         )
     if max_messages is not None and max_messages < 0:
         raise ValueError("max_messages must not be negative")
@@ -201,7 +211,7 @@ def work(
 def _step(
     store: Store, handler: Handler, lease_seconds: int, wanted: int
 ) -> list[Outcome]:
-    """Claim and complete up to ``wanted`` messages; their outcomes (empty: nothing available)."""
+    """Claim and complete up to ``wanted`` messages; their outcomes (empty: none)."""
     # the batched path: one transaction to claim them, one to complete them
     if wanted > 1:
         leases = store.claim_many(wanted, lease_seconds)
@@ -223,7 +233,10 @@ def _step(
 def _long_step(
     store: Store, handler: LongHandler[R], lease_seconds: int, every: float
 ) -> Outcome | None:
-    """Claim one message, prepare it under a heartbeat, then complete it (``None``: nothing available)."""
+    """Claim one message, prepare it under a heartbeat, then complete it.
+
+    ``None``: nothing was available.
+    """
 
     def claim_and_read(tx: Tx) -> tuple[Lease, Message] | None:
         lease = store.claim_tx(tx, lease_seconds)
@@ -254,7 +267,7 @@ def _long_step(
 
 
 def _refuse(store: Store, lease: Lease, exc: Exception) -> Outcome:
-    """Record a refusal (or a crash) of a long step, as ``complete`` records a handler's."""
+    """Record a long step's refusal (or crash), as ``complete`` records a handler's."""
     code, detail, permanent = refusal(exc)
     try:
         return store.fail(lease, code, permanent=permanent, detail=detail).outcome

@@ -28,16 +28,19 @@ def new_queue(path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(
-        "CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INT, state TEXT, owner TEXT)"
+        "CREATE TABLE messages"
+        " (event_id TEXT PRIMARY KEY, amount_cents INT, state TEXT, owner TEXT)"
     )
     conn.execute("CREATE TABLE effects (event_id TEXT, amount_cents INT)")
     conn.execute(
-        "INSERT INTO messages VALUES ('E0001', 10000, 'ready', NULL), ('E0002', 2000, 'ready', NULL)"
+        "INSERT INTO messages VALUES"
+        " ('E0001', 10000, 'ready', NULL), ('E0002', 2000, 'ready', NULL)"
     )
     conn.close()
 
 
 with tempfile.TemporaryDirectory() as tmp:
+    # --8<-- [start:shown]
     print("1. SELECT outside the write transaction (Python's default)")
     db = Path(tmp) / "one.sqlite3"
     new_queue(db)
@@ -54,10 +57,12 @@ with tempfile.TemporaryDirectory() as tmp:
         "SELECT owner FROM messages WHERE event_id = ?", (chosen_a,)
     ).fetchone()[0]
     print(
-        f"   A took {chosen_a}, B took {chosen_b}; both committed; the row names {owner} as owner,"
+        f"   A took {chosen_a}, B took {chosen_b}; both committed;"
+        f" the row names {owner} as owner,"
     )
     print(
-        "   but A believes it holds the message too. Each worker now writes its effect:"
+        "   but A believes it holds the message too."
+        " Each worker now writes its effect:"
     )
     for worker, event_id in ((a, chosen_a), (b, chosen_b)):
         worker.execute(EFFECT, (event_id,))
@@ -65,10 +70,12 @@ with tempfile.TemporaryDirectory() as tmp:
         # effect and ACK in one transaction: that does not save a wrong claim
         worker.commit()
     sale, total = a.execute(
-        "SELECT amount_cents, (SELECT sum(amount_cents) FROM effects) FROM messages WHERE event_id = ?",
+        "SELECT amount_cents, (SELECT sum(amount_cents) FROM effects)"
+        " FROM messages WHERE event_id = ?",
         (chosen_a,),
     ).fetchone()
     print(f"   effects total {total} for one sale of {sale}")
+    # --8<-- [end:shown]
     a.close()
     b.close()
 
@@ -98,7 +105,8 @@ with tempfile.TemporaryDirectory() as tmp:
         )
         print(f"   {when}: B's snapshot is older")
         print(
-            "   than A's commit, so waiting cannot help; B must roll back and start over"
+            "   than A's commit, so waiting cannot help;"
+            " B must roll back and start over"
         )
         b.execute("ROLLBACK")
     a.close()

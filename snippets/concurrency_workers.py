@@ -44,6 +44,7 @@ with tempfile.TemporaryDirectory() as folder:
     )
     print("enqueue:", added.stdout.strip())
 
+    # --8<-- [start:shown]
     # Start all workers before waiting for any: they compete for one file.
     workers = [
         subprocess.Popen(
@@ -79,3 +80,4 @@ with tempfile.TemporaryDirectory() as folder:
     print(
         "no message was claimed twice (every generation is 1):", generations == [(1,)]
     )
+# --8<-- [end:shown]

@@ -26,6 +26,7 @@ EVENTS = [
     {"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}},
 ]
 
+# --8<-- [start:shown]
 NAIVE_WORKER = """
 import json, sqlite3, sys
 KNOWN = {"book", "pen", "bag"}
@@ -42,7 +43,8 @@ while True:
     try:
         if payload["category"] not in KNOWN:      # a list here raises TypeError
             raise ValueError("unknown category")
-        conn.execute("INSERT INTO effects VALUES (?, ?)", (event_id, payload["amount_cents"]))
+        conn.execute("INSERT INTO effects VALUES (?, ?)",
+                     (event_id, payload["amount_cents"]))
     except Exception:
         if policy == "stop":
             raise                                # the worker process dies
@@ -50,6 +52,7 @@ while True:
     conn.execute("UPDATE messages SET state = 'done' WHERE event_id = ?", (event_id,))
     conn.execute("COMMIT")
 """
+# --8<-- [end:shown]
 
 
 def naive_queue(path: Path) -> None:
@@ -97,7 +100,8 @@ with tempfile.TemporaryDirectory() as tmp:
         # the exception's name
         error = result.stderr.strip().splitlines()[-1].split(":")[0]
         print(
-            f"  {run}: exit {result.returncode}, {error} on E0002's category (a list is unhashable)"
+            f"  {run}: exit {result.returncode}, {error} on E0002's category",
+            "(a list is unhashable)",
         )
     states, total = report(db)
     print(f"  {states}; total {total}")
@@ -110,7 +114,8 @@ with tempfile.TemporaryDirectory() as tmp:
     states, total = report(db)
     print(f"  exit {result.returncode}; {states}; total {total}")
     print(
-        f"  {sent - total} cents marked done and never counted; nothing says which or why"
+        f"  {sent - total} cents marked done and never counted;",
+        "nothing says which or why",
     )
 
     print("queue_core:")
@@ -123,5 +128,6 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"        payload as stored: {m.payload}")
     held = sum(m.payload_object["amount_cents"] for m in store.dead_letters())
     print(
-        f"  total {ledger.report(store).total_cents}; the dead letters keep the other {held} cents"
+        f"  total {ledger.report(store).total_cents};",
+        f"the dead letters keep the other {held} cents",
     )

@@ -15,22 +15,26 @@ from pathlib import Path
 
 from queue_core import Handler, ModelClock, NotDead, Store, UnknownEvent, ledger
 
+BATCH = (
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
+    '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
+)
+
 with tempfile.TemporaryDirectory() as tmp:
     clock = ModelClock(1000)
     store = Store(Path(tmp) / "queue.sqlite3", clock=clock)
     ledger.install(store)  # the reference application's effects table
-    store.enqueue(
-        '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
-        '{"event_id": "E0004", "payload": {"category": "toy", "amount_cents": 3000}}\n'
-    )
+    store.enqueue(BATCH)
     print(
-        f"{'step':<34} {'state':<6} {'attempts':>8} {'generation':>10} {'available_at':>12}"
+        f"{'step':<34} {'state':<6} {'attempts':>8}",
+        f"{'generation':>10} {'available_at':>12}",
     )
 
     def show(step: str) -> None:
         m = store.message("E0004")
         print(
-            f"{step:<34} {m.state:<6} {m.attempts:>8} {m.generation:>10} {m.available_at:>12}"
+            f"{step:<34} {m.state:<6} {m.attempts:>8}",
+            f"{m.generation:>10} {m.available_at:>12}",
         )
 
     def claim_and_complete(handler: Handler) -> str:
@@ -41,6 +45,7 @@ with tempfile.TemporaryDirectory() as tmp:
         clock.set(seconds)
         print(f"--- model time {clock.now()}")
 
+    # --8<-- [start:shown]
     print(f"--- model time {clock.now()}")
     claim_and_complete(Handler())  # E0001: done
     show(f"claim + complete: {claim_and_complete(Handler())}")
@@ -56,8 +61,8 @@ with tempfile.TemporaryDirectory() as tmp:
     at(1600)
     store.redrive(["E0004"])
     show("redrive E0004 again")
-    show(
-        f"claim + handler knows toy: {claim_and_complete(Handler.with_categories({'toy'}))}"
-    )
+    knows_toy = Handler.with_categories({"toy"})
+    show(f"claim + handler knows toy: {claim_and_complete(knows_toy)}")
     print(f"last_error of E0004 now: {store.message('E0004').last_error}")
     print(f"effects: {ledger.effects(store)}")
+    # --8<-- [end:shown]

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from queue_core import LeaseLost, ModelClock, Store
 
-BATCH = (
-    '{"event_id": "E0001", "payload": {"customer": "ada", "sku": "BOOK-1", "quantity": 2}}\n'
-    '{"event_id": "E0002", "payload": {"customer": "bob", "sku": "PEN-9", "quantity": 5}}\n'
-    '{"event_id": "E0003", "payload": {"customer": "cy", "sku": "BAG-3", "quantity": 1}}\n'
-)
+BATCH = """\
+{"event_id": "E0001", "payload": {"customer": "ada", "sku": "BOOK-1", "quantity": 2}}
+{"event_id": "E0002", "payload": {"customer": "bob", "sku": "PEN-9", "quantity": 5}}
+{"event_id": "E0003", "payload": {"customer": "cy", "sku": "BAG-3", "quantity": 1}}
+"""
 ORDERS = """
 CREATE TABLE orders (
     event_id TEXT    PRIMARY KEY REFERENCES messages (event_id),
@@ -40,7 +40,7 @@ INSERT = "INSERT INTO orders (event_id, customer, sku, quantity) VALUES (?, ?, ?
 
 
 def place_order(tx, message):
-    """A handler: the order of one message, written through the completion's transaction."""
+    """A handler: the order of one message, written in the completion's transaction."""
     order = message.payload_object  # the payload as stored, read inside the transaction
     tx.execute(
         INSERT, (message.event_id, order["customer"], order["sku"], order["quantity"])
@@ -55,11 +55,13 @@ with tempfile.TemporaryDirectory() as folder:
         tx.execute(ORDERS)
     store.enqueue(BATCH)
 
+    # --8<-- [start:shown]
     # 1. The handler form: one call, one transaction.
     lease = store.claim(lease_seconds=30)
     completion = store.complete(lease, place_order)
     print(
-        f"1. store.complete(lease, place_order)      {lease.event_id}: {completion.outcome.value}"
+        "1. store.complete(lease, place_order)      "
+        f"{lease.event_id}: {completion.outcome.value}"
     )
 
     # 2. The explicit form: your SQL between the fenced check and the ACK.
@@ -73,7 +75,8 @@ with tempfile.TemporaryDirectory() as folder:
         )
         completion = store.complete_tx(tx, lease)
     print(
-        f"2. leased_tx, your INSERT, complete_tx     {lease.event_id}: {completion.outcome.value}"
+        "2. leased_tx, your INSERT, complete_tx     "
+        f"{lease.event_id}: {completion.outcome.value}"
     )
 
     # 3. The explicit form, too slow: the re-check refuses, the order rolls back.
@@ -86,6 +89,7 @@ with tempfile.TemporaryDirectory() as folder:
             store.complete_tx(tx, lease)
     except LeaseLost as exc:
         print(f"3. too slow: LeaseLost ({exc})")
+    # --8<-- [end:shown]
     print(
         f"   orders of {lease.event_id} after the rollback:",
         store.read(
@@ -104,7 +108,6 @@ with tempfile.TemporaryDirectory() as folder:
     for event_id, customer, sku, quantity in store.read(
         lambda view: view.execute("SELECT * FROM orders ORDER BY event_id").fetchall()
     ):
-        print(
-            f"order {event_id}: {customer} {sku} x{quantity}, message {store.message(event_id).state}"
-        )
+        state = store.message(event_id).state
+        print(f"order {event_id}: {customer} {sku} x{quantity}, message {state}")
     print("queue:", store.status().to_dict())

@@ -10,15 +10,15 @@ from pathlib import Path
 
 from queue_core import BatchRejected, ModelClock, Store, UnknownEvent
 
-BOM = b"\xef\xbb\xbf"
 first = (
-    BOM
-    + b'{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\r\n'
-    + b"   \r\n"  # blank: ignored, but still counted as line 2
-    + '{"event_id": "E0002", "payload": {"note": "one\u2028line", "amount_cents": 2000, "category": "pen"}}\r\n'.encode()
+    "\ufeff"  # a byte order mark: b"\xef\xbb\xbf" once encoded
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\r\n'
+    "   \r\n"  # blank: ignored, but still counted as line 2
+    '{"event_id": "E0002", "payload": '
+    '{"note": "one\u2028line", "amount_cents": 2000, "category": "pen"}}\r\n'
     # same event, other key order
-    + b'{"payload": {"amount_cents": 10000, "category": "book"}, "event_id": "E0001"}\r\n'
-)
+    '{"payload": {"amount_cents": 10000, "category": "book"}, "event_id": "E0001"}\r\n'
+).encode()
 second = (
     b'{"event_id": "E0009", "payload": {"category": "bag", "amount_cents": 900}}\n'
     # 10000.0 is not 10000

@@ -1,4 +1,4 @@
-"""Check the invariants yourself: a real SIGKILL inside a completion, a fresh worker, the checker.
+"""Check the invariants: a real SIGKILL in a completion, a fresh worker, the checker.
 
 The reference batch is enqueued and E0001 is claimed. A separate OS process
 completes that lease and is killed with SIGKILL right after its handler wrote
@@ -38,6 +38,7 @@ with tempfile.TemporaryDirectory() as folder:
     store = Store(db, clock=ModelClock(1000))
     ledger.install(store)  # the reference application's effects table
     store.enqueue(BATCH)
+    # --8<-- [start:shown]
     lease = store.claim(lease_seconds=2)
     status = run_crashing(
         db,
@@ -48,12 +49,14 @@ with tempfile.TemporaryDirectory() as folder:
         how="sigkill",
     )
     print(
-        f"the child completing {lease.event_id} died at complete.after_effect: exit status {status}"
+        f"the child completing {lease.event_id} died at complete.after_effect: "
+        f"exit status {status}"
     )
 
     row = store.message("E0001")
     print(
-        f"E0001 after the crash: {row.state}, attempts {row.attempts}, generation {row.generation}"
+        f"E0001 after the crash: {row.state}, "
+        f"attempts {row.attempts}, generation {row.generation}"
     )
     print("effects after the crash:", ledger.effects(store))
     print("violations (not finished yet):", check_invariants(db, finished=False))
@@ -76,5 +79,7 @@ with tempfile.TemporaryDirectory() as folder:
     raw.execute("INSERT INTO effects VALUES ('E0004', 'toy', 3000)")
     raw.commit()
     raw.close()
+    print("violations after raw SQL:")
     for violation in check_invariants(db, events=EVENTS, expected_total=expected):
-        print("violation after raw SQL:", violation)
+        print("  " + violation)
+    # --8<-- [end:shown]

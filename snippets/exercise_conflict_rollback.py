@@ -6,7 +6,8 @@ everything, E0005 included: once as one batch, and once as two batches that
 your own code enqueues in one transaction (`store.transaction()` with
 `enqueue_tx`), where the first batch alone would have been fine.
 
-Run: python exercise_conflict_rollback.py   (needs queue_core installed; leaves nothing behind)
+Run: python exercise_conflict_rollback.py
+(needs queue_core installed; leaves nothing behind)
 """
 
 import tempfile
@@ -52,6 +53,7 @@ def check(store, total_cents, effects, **states):
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
 
 
+# --8<-- [start:shown]
 def solve(store, clock):
     """The solution."""
     try:  # one batch: validated, then stored in one transaction, or not at all
@@ -72,6 +74,7 @@ def solve(store, clock):
     print("work:", work(store, Handler(), lease_seconds=LEASE_SECONDS).to_dict())
 
 
+# --8<-- [end:shown]
 with tempfile.TemporaryDirectory() as folder:
     store, clock = reference_state(folder)
     check(store, 17000, 3, done=3, dead=1)

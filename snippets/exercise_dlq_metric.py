@@ -6,7 +6,8 @@ maximum of their attempts. Then add a second dead letter, E0005, whose
 downstream service never answers, so that it spends every attempt, and
 measure again.
 
-Run: python exercise_dlq_metric.py   (needs queue_core installed; leaves nothing behind)
+Run: python exercise_dlq_metric.py
+(needs queue_core installed; leaves nothing behind)
 """
 
 import tempfile
@@ -46,6 +47,7 @@ def check(store, total_cents, effects, **states):
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
 
 
+# --8<-- [start:shown]
 def dlq_metrics(store):
     """The solution's metric: how many dead letters, and their attempts."""
     attempts = [message.attempts for message in store.dead_letters()]
@@ -76,6 +78,7 @@ def solve(store, clock):
     return dlq_metrics(store)
 
 
+# --8<-- [end:shown]
 with tempfile.TemporaryDirectory() as folder:
     store, clock = reference_state(folder)
     check(store, 17000, 3, done=3, dead=1)

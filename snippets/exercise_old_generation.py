@@ -5,7 +5,8 @@ redrive E0004; then let worker A claim it and stall past its lease, worker B
 claim it again, and A wake up and try to complete. A's completion must be
 refused (its generation is old), before and after B's, and toy must count once.
 
-Run: python exercise_old_generation.py   (needs queue_core installed; leaves nothing behind)
+Run: python exercise_old_generation.py
+(needs queue_core installed; leaves nothing behind)
 """
 
 import tempfile
@@ -37,6 +38,7 @@ def check(store, total_cents, effects, **states):
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
 
 
+# --8<-- [start:shown]
 def solve(store, clock):
     """The solution."""
     toy = Handler.with_categories({"toy"})
@@ -51,11 +53,13 @@ def solve(store, clock):
             store.complete(worker_a, toy)
             print(f"A {moment}: accepted (wrong!)")
         except LeaseLost as exc:
-            print(f"A {moment}: refused: {exc}")
+            print(f"A {moment}: refused:")
+            print(f"  {exc}")
         if moment == "before B completes":
             print("B:", store.complete(worker_b, toy).outcome.value)
 
 
+# --8<-- [end:shown]
 with tempfile.TemporaryDirectory() as folder:
     store, clock = reference_state(folder)
     check(store, 17000, 3, done=3, dead=1)

@@ -4,7 +4,8 @@ Starts from the reference demo's `final` state: E0004 (toy, 3000) is a dead
 letter because this handler version does not know `toy`. A redrive alone
 sends it back to dead; the handler must learn the category first.
 
-Run: python exercise_recover_toy.py   (needs queue_core installed; leaves nothing behind)
+Run: python exercise_recover_toy.py
+(needs queue_core installed; leaves nothing behind)
 """
 
 import tempfile
@@ -40,7 +41,7 @@ def solve(store, clock):
     """The solution."""
     store.redrive(["E0004"])  # without a fix: the same handler refuses it again
     print(
-        "redrive, old handler:",
+        "redrive, no fix:",
         work(store, Handler(), lease_seconds=LEASE_SECONDS).to_dict(),
     )
     clock.advance(1)

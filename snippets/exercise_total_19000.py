@@ -5,7 +5,8 @@ in effects; E0004, a toy, dead). An accepted event is never corrected in
 place: re-sending E0002 with another amount is a conflict that rejects the
 batch. The correction is a new event with its own id.
 
-Run: python exercise_total_19000.py   (needs queue_core installed; leaves nothing behind)
+Run: python exercise_total_19000.py
+(needs queue_core installed; leaves nothing behind)
 """
 
 import tempfile
@@ -37,6 +38,7 @@ def check(store, total_cents, effects, **states):
     assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
 
 
+# --8<-- [start:shown]
 def solve(store, clock):
     """The solution."""
     edit = (
@@ -54,6 +56,7 @@ def solve(store, clock):
     print("work:", work(store, Handler(), lease_seconds=LEASE_SECONDS).to_dict())
 
 
+# --8<-- [end:shown]
 with tempfile.TemporaryDirectory() as folder:
     store, clock = reference_state(folder)
     check(store, 17000, 3, done=3, dead=1)

@@ -1,4 +1,4 @@
-"""The same race against queue_core: the stale worker's completion is refused by its generation.
+"""The same race against queue_core: the stale worker is refused by its generation.
 
 Worker A claims E0001 (generation 1) and stalls past its lease; worker B
 claims it again (generation 2). A wakes up inside B's lease: the time check
@@ -33,8 +33,10 @@ with tempfile.TemporaryDirectory() as folder:
         )
 
     print(
-        f"{'now':>4}  {'who':<17} {'result':<24} {'generation':>10} {'state':<6} {'total_cents':>11}"
+        f"{'now':>4}  {'who':<17} {'result':<24} "
+        f"{'generation':>10} {'state':<6} {'total_cents':>11}"
     )
+    # --8<-- [start:shown]
     a = store.claim(lease_seconds=2)
     row("A: claim", f"generation {a.generation}, until {a.lease_until}")
     clock.set(1002)  # A's lease has ended; A itself is frozen mid-work
@@ -58,6 +60,7 @@ with tempfile.TemporaryDirectory() as folder:
     assert (m.state, m.generation, m.attempts, m.last_error) == ("leased", 2, 2, None)
     row("B: complete", store.complete(b, Handler()).outcome.value)
     assert ledger.effects(store) == [("E0001", "book", 10000)]  # one effect, B's
+    # --8<-- [end:shown]
     print()
     print("A was refused:")
     print(f"  {refusal}")

@@ -1,4 +1,4 @@
-"""A lease checked on time alone: a stale worker's effect is accepted, and the money doubles.
+"""A lease checked on time alone: a stale worker's effect is accepted; money doubles.
 
 Plain sqlite3 on a real file; time is given as model seconds so the race is
 exact. Worker A claims E0001 and stalls past its lease (a GC pause, a stopped
@@ -16,11 +16,13 @@ from pathlib import Path
 LEASE_SECONDS = 2
 
 
+# --8<-- [start:shown]
 def claim(db: Path, now: int) -> tuple[str, int] | None:
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         row = conn.execute(
-            "SELECT event_id FROM messages WHERE done = 0 AND (lease_until IS NULL OR lease_until <= ?)"
+            "SELECT event_id FROM messages WHERE done = 0"
+            " AND (lease_until IS NULL OR lease_until <= ?)"
             " ORDER BY event_id LIMIT 1",
             (now,),
         ).fetchone()
@@ -50,13 +52,15 @@ def complete(db: Path, event_id: str, now: int) -> str:
         conn.execute("UPDATE messages SET done = 1 WHERE event_id = ?", (event_id,))
         conn.execute("COMMIT")
         return f"accepted ({now} < {lease_until})"
+        # --8<-- [end:shown]
 
 
 with tempfile.TemporaryDirectory() as folder:
     db = Path(folder) / "naive.sqlite3"
     with closing(sqlite3.connect(db)) as conn:
         conn.execute(
-            "CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL,"
+            "CREATE TABLE messages"
+            " (event_id TEXT PRIMARY KEY, amount_cents INTEGER NOT NULL,"
             " lease_until INTEGER, done INTEGER NOT NULL DEFAULT 0)"
         )
         conn.execute("CREATE TABLE totals (cents INTEGER NOT NULL)")
@@ -77,7 +81,8 @@ with tempfile.TemporaryDirectory() as folder:
         )
 
     print(
-        f"{'now':>4}  {'who':<20} {'result':<22} {'lease_until':>11} {'done':>4} {'total_cents':>11}"
+        f"{'now':>4}  {'who':<20} {'result':<22} "
+        f"{'lease_until':>11} {'done':>4} {'total_cents':>11}"
     )
     _, a_until = claim(db, 1000)
     row(1000, "A: claim", f"lease until {a_until}")

@@ -14,10 +14,14 @@ import tempfile
 from contextlib import closing
 from pathlib import Path
 
+# --8<-- [start:shown]
 WORKER = """
 import os, sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
-row = db.execute("SELECT event_id, amount_cents FROM messages WHERE taken = 0 AND done = 0 LIMIT 1").fetchone()
+row = db.execute(
+    "SELECT event_id, amount_cents FROM messages"
+    " WHERE taken = 0 AND done = 0 LIMIT 1"
+).fetchone()
 if row is None:
     print("nothing to do")
     sys.exit(0)
@@ -31,6 +35,7 @@ db.execute("UPDATE messages SET done = 1 WHERE event_id = ?", (event_id,))
 db.commit()
 print(f"processed {event_id}")
 """
+# --8<-- [end:shown]
 
 
 def run_worker(db: Path, how: str) -> str:
@@ -63,7 +68,8 @@ with tempfile.TemporaryDirectory() as folder:
         conn.execute("INSERT INTO totals VALUES (0)")
         conn.commit()
     print(
-        f"{'step':<24} {'worker process':<22} {'taken':>5} {'done':>4} {'total_cents':>11}"
+        f"{'step':<24} {'worker process':<22} "
+        f"{'taken':>5} {'done':>4} {'total_cents':>11}"
     )
     row(f"enqueue E0001 ({AMOUNT_CENTS})", "", db)
     row("worker 1: takes, dies", run_worker(db, "die"), db)

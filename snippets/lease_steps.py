@@ -31,6 +31,7 @@ with tempfile.TemporaryDirectory() as folder:
         f"{'now':>4}  {'step':<11} {'returns':<19} "
         f"{'state':<6} {'attempts':>8} {'generation':>10} {'lease_until':>11}"
     )
+    # --8<-- [start:shown]
     store.enqueue(
         '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}'
     )
@@ -56,6 +57,7 @@ with tempfile.TemporaryDirectory() as folder:
 
     clock.advance(1)
     row("B: complete", store.complete(second, Handler()).outcome.value)
+    # --8<-- [end:shown]
     print()
     print(f"A was refused: {refusal}")
     print(f"effects: {ledger.effects(store)}")

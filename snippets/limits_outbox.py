@@ -39,6 +39,7 @@ with tempfile.TemporaryDirectory() as folder:
     # every delivery, like an access log
     service.execute("CREATE TABLE received (key TEXT)")
 
+    # --8<-- [start:shown]
     def receive(key: str, body: str) -> str:
         service.execute("BEGIN IMMEDIATE")
         service.execute("INSERT INTO received VALUES (?)", (key,))
@@ -65,6 +66,8 @@ with tempfile.TemporaryDirectory() as folder:
             completion = store.complete_tx(tx, lease)
         return completion.outcome.value
 
+    # --8<-- [end:shown]
+
     def slow(tx, message):
         clock.advance(2)  # the work outlives the lease: this attempt must not count
         Handler()(tx, message)
@@ -77,15 +80,17 @@ with tempfile.TemporaryDirectory() as folder:
     try:
         complete_with_intent(lease, slow)
     except LeaseLost:
+        effects = ledger.report(store).effects_count
         print(
             f"attempt 1 (generation {lease.generation}): lease lost, rolled back;"
-            f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}"
+            f" outbox rows: {outbox_rows()}, effects: {effects}"
         )
     lease = store.claim(lease_seconds=2)
     outcome = complete_with_intent(lease, Handler())
+    effects = ledger.report(store).effects_count
     print(
         f"attempt 2 (generation {lease.generation}): {outcome};"
-        f" outbox rows: {outbox_rows()}, effects: {ledger.report(store).effects_count}"
+        f" outbox rows: {outbox_rows()}, effects: {effects}"
     )
 
     # --- the deliverer: send outside any queue transaction, then mark -------------

@@ -15,11 +15,14 @@ import tempfile
 from contextlib import closing
 from pathlib import Path
 
+# --8<-- [start:shown]
 # The worker is a separate program, so that it can really die half-way.
 WORKER = """
 import os, sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
-row = db.execute("SELECT event_id, amount_cents FROM messages WHERE done = 0 LIMIT 1").fetchone()
+row = db.execute(
+    "SELECT event_id, amount_cents FROM messages WHERE done = 0 LIMIT 1"
+).fetchone()
 if row is None:
     print("nothing to do")
     sys.exit(0)
@@ -32,6 +35,7 @@ db.execute("UPDATE messages SET done = 1 WHERE event_id = ?", (event_id,))
 db.commit()                                     # transaction 2: the ACK
 print(f"processed {event_id}")
 """
+# --8<-- [end:shown]
 
 
 def run_worker(db: Path, how: str) -> str:
@@ -56,7 +60,8 @@ with tempfile.TemporaryDirectory() as folder:
     db = Path(folder) / "naive.sqlite3"
     with closing(sqlite3.connect(db)) as conn:
         conn.execute(
-            "CREATE TABLE messages (event_id TEXT PRIMARY KEY, amount_cents INTEGER, done INTEGER)"
+            "CREATE TABLE messages"
+            " (event_id TEXT PRIMARY KEY, amount_cents INTEGER, done INTEGER)"
         )
         conn.execute("CREATE TABLE totals (cents INTEGER NOT NULL)")
         conn.execute("INSERT INTO messages VALUES ('E0001', ?, 0)", (AMOUNT_CENTS,))

@@ -30,7 +30,8 @@ with tempfile.TemporaryDirectory() as folder:
             with db:  # one committed transaction per line
                 db.execute(
                     "INSERT INTO totals VALUES (?, ?) "
-                    "ON CONFLICT (category) DO UPDATE SET cents = cents + excluded.cents",
+                    "ON CONFLICT (category) "
+                    "DO UPDATE SET cents = cents + excluded.cents",
                     (payload["category"], payload["amount_cents"]),
                 )
         counted = dict(

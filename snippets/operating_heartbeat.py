@@ -44,6 +44,7 @@ with tempfile.TemporaryDirectory() as folder:
     store.enqueue(EVENT + "\n" + SECOND_EVENT)
     lease = store.claim(lease_seconds=10)
     print(f"  {clock.now()}  claim {lease.event_id}: lease until {lease.lease_until}")
+    # --8<-- [start:shown]
     with store.heartbeat(lease, every=0.01, lease_seconds=10) as beat:
         for _ in range(4):  # 24 s of work in four steps
             clock.advance(6)
@@ -51,10 +52,10 @@ with tempfile.TemporaryDirectory() as folder:
             wait_for(lambda: store.message("E0001").lease_until == clock.now() + 10)
             # another worker: E0001 is still leased
             other = store.claim(lease_seconds=10)
-            taken = "nothing" if other is None else other.event_id
+            until = store.message("E0001").lease_until
             print(
-                f"  {clock.now()}  working; stored lease until {store.message('E0001').lease_until}; "
-                f"another worker's claim gets {taken}"
+                f"  {clock.now()}  working; stored lease until {until}; "
+                f"another worker's claim gets {other.event_id if other else 'nothing'}"
             )
             if other is not None:
                 store.complete(other, Handler())
@@ -62,7 +63,8 @@ with tempfile.TemporaryDirectory() as folder:
     outcome = store.complete(beat.lease, Handler())  # the latest extension
     m = store.message("E0001")
     print(
-        f"  {clock.now()}  complete: {outcome.outcome.value}; attempts {m.attempts}, generation {m.generation}"
+        f"  {clock.now()}  complete: {outcome.outcome.value}; "
+        f"attempts {m.attempts}, generation {m.generation}"
     )
     store.close()
     print()
@@ -88,11 +90,10 @@ with tempfile.TemporaryDirectory() as folder:
             print(f"  {clock.now()}  complete: LeaseLost: {exc.message}")
         # the waiting extension now runs, too late
         wait_for(lambda: beat.lost is not None)
-    print(
-        f"  stored lease until {store.message('E0001').lease_until}: no extension got in"
-    )
-    print(
-        f"  the heartbeat afterwards: LeaseLost: {beat.lost.message if beat.lost else None}"
-    )
+    # --8<-- [end:shown]
+    until = store.message("E0001").lease_until
+    print(f"  stored lease until {until}: no extension got in")
+    lost = beat.lost.message if beat.lost else None
+    print(f"  the heartbeat afterwards: LeaseLost: {lost}")
     print(f"  effects: {ledger.effects(store)}")
     store.close()

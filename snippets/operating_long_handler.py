@@ -1,4 +1,4 @@
-"""The worker loop's heartbeat: a LongHandler's long step runs outside the transaction.
+"""The worker loop's heartbeat: a LongHandler's long step, outside the transaction.
 
 A payment must be scored before it is booked, and scoring takes 24 seconds;
 the lease is 10. ``work(store, LongHandler(prepare, write))`` claims E0001,
@@ -61,7 +61,8 @@ def other_worker(store: Store) -> str:
         else:
             outcome = store.complete(lease, Handler())
             said.append(
-                f"claims {lease.event_id} (generation {lease.generation}): {outcome.outcome.value}"
+                f"claims {lease.event_id} (generation {lease.generation}): "
+                f"{outcome.outcome.value}"
             )
 
     thread = threading.Thread(target=run)
@@ -93,25 +94,26 @@ with tempfile.TemporaryDirectory() as folder:
     store, clock = new_queue(folder, "one")
 
     def score(message: Message) -> int:
-        """The long step: outside any transaction, while the heartbeat keeps the lease."""
+        """The long step, outside any transaction; the heartbeat keeps the lease."""
         for _ in range(4):
             clock.advance(6)
             # a beat since
             wait_for(lambda: store.message("E0001").lease_until == clock.now() + 10)
+            until = store.message("E0001").lease_until
             print(
-                f"  {clock.now()}  scoring {message.event_id}; its lease until "
-                f"{store.message('E0001').lease_until}; another worker {other_worker(store)}"
+                f"  {clock.now()} scoring {message.event_id}, lease until {until}; "
+                f"another worker {other_worker(store)}"
             )
         return 7
 
+    # --8<-- [start:shown]
     summary = work(
         store, LongHandler(score, write), lease_seconds=10, heartbeat_every=0.01
     )
     m = store.message("E0001")
     print(f"  {summary.to_dict()}")
-    print(
-        f"  E0001 {m.state}: attempts {m.attempts}, generation {m.generation}; effects {ledger.effects(store)}"
-    )
+    print(f"  E0001 {m.state}: attempts {m.attempts}, generation {m.generation}")
+    print(f"  effects {ledger.effects(store)}")
     store.close()
     print()
 
@@ -122,7 +124,7 @@ with tempfile.TemporaryDirectory() as folder:
     def stalled_score(message: Message) -> int:
         if message.event_id == "E0001":
             clock.advance(11)  # a pause longer than the lease: no beat in time
-            print(f"  {clock.now()}  stalled; another worker {other_worker(store)}")
+            print(f"  {clock.now()} stalled; another worker {other_worker(store)}")
         return 7
 
     summary = work(
@@ -139,3 +141,4 @@ with tempfile.TemporaryDirectory() as folder:
     )
     print(f"  the stalled worker's write was called {len(written)} times")
     store.close()
+    # --8<-- [end:shown]

@@ -1,4 +1,4 @@
-"""Work that outlasts its lease: without an extension, with one, and the fence on extensions.
+"""Work that outlasts its lease: without an extension, with one, and their fence.
 
 Every worker claims E0001 with a 10-second lease; the work takes 25 seconds.
 1. Without an extension each lease runs out in the middle of the work: B
@@ -32,15 +32,16 @@ def new_queue(folder: str, name: str) -> tuple[Store, ModelClock]:
 def row(store: Store, clock: ModelClock, who: str, result: object) -> None:
     m = store.message("E0001")
     print(
-        f"{clock.now():>5}  {who:<12} {str(result):<45} {m.state:<7}{m.attempts:>3}{m.generation:>5}"
-        f"{str(m.lease_until):>7}"
+        f"{clock.now():>5}  {who:<12} {str(result):<45} "
+        f"{m.state:<7}{m.attempts:>3}{m.generation:>5}{str(m.lease_until):>7}"
     )
 
 
 def header(title: str) -> None:
     print(title)
     print(
-        f"{'now':>5}  {'who':<12} {'returns':<45} {'state':<7}{'att':>3}{'gen':>5}{'until':>7}"
+        f"{'now':>5}  {'who':<12} {'returns':<45} "
+        f"{'state':<7}{'att':>3}{'gen':>5}{'until':>7}"
     )
 
 
@@ -52,6 +53,7 @@ def refused(call: Callable[[], object]) -> str:
     return "accepted"
 
 
+# --8<-- [start:shown]
 with tempfile.TemporaryDirectory() as folder:
     header("1. No extension: each lease runs out in the middle of the work")
     store, clock = new_queue(folder, "one")
@@ -93,6 +95,7 @@ with tempfile.TemporaryDirectory() as folder:
     )
     store.close()
     print()
+    # --8<-- [end:shown]
 
     header("3. The fence: a lost lease stays lost")
     store, clock = new_queue(folder, "three")

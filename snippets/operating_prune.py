@@ -39,6 +39,7 @@ def processed(db: Path, clock: ModelClock) -> Store:
     return store
 
 
+# --8<-- [start:shown]
 with tempfile.TemporaryDirectory() as folder:
     print("1. Delete the old done rows")
     clock = ModelClock(1000)
@@ -53,8 +54,9 @@ with tempfile.TemporaryDirectory() as folder:
         print(f"   deleted {deleted} done rows")
         print(f"   the batch again: {store.enqueue(BATCH).to_dict()}")
         print(f"   work: {work(store, Handler(), lease_seconds=30)}")
+        print("   ready again, with the last error:")
         for m in store.messages("ready"):
-            print(f"   {m.event_id} {m.state}: {m.last_error}, {m.last_detail}")
+            print(f"     {m.event_id} {m.last_error}, {m.last_detail}")
     print()
 
     print("2. prune")
@@ -65,12 +67,14 @@ with tempfile.TemporaryDirectory() as folder:
         print(f"   prune(older_than_seconds=7 days): {store.prune(7 * DAY).to_dict()}")
         after = store.message("E0001")
         print(
-            f"   E0001 before: {before.state}, payload {before.payload}, done_at {before.done_at}"
+            f"   E0001 before: {before.state}, payload {before.payload}, "
+            f"done_at {before.done_at}"
         )
         print(
-            f"   E0001 after:  {after.state}, payload {after.payload}, done_at {after.done_at}, "
-            f"pruned {after.pruned}"
+            f"   E0001 after:  {after.state}, payload {after.payload}, "
+            f"done_at {after.done_at}, pruned {after.pruned}"
         )
+        # --8<-- [end:shown]
         kept = store.read(
             lambda view: view.execute(
                 "SELECT payload_sha256 FROM messages WHERE event_id = 'E0001'"
@@ -83,8 +87,10 @@ with tempfile.TemporaryDirectory() as folder:
         print(f"   the batch again: {store.enqueue(BATCH).to_dict()}")
         try:
             store.enqueue(
-                '{"event_id": "E0005", "payload": {"category": "bag", "amount_cents": 700}}\n'
-                '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10001}}\n'
+                '{"event_id": "E0005",'
+                ' "payload": {"category": "bag", "amount_cents": 700}}\n'
+                '{"event_id": "E0001",'
+                ' "payload": {"category": "book", "amount_cents": 10001}}\n'
             )
         except BatchRejected as exc:
             print(
@@ -93,4 +99,6 @@ with tempfile.TemporaryDirectory() as folder:
             )
         dead = store.message("E0004")
         print(f"   E0004 {dead.state}: payload {dead.payload}, pruned {dead.pruned}")
-        print(f"   effects: {ledger.report(store).to_dict()['effects']}")
+        effects = ledger.report(store).to_dict()["effects"]
+        print(f"   effects: {effects['count']}, total_cents {effects['total_cents']}")
+        print(f"   by category: {effects['by_category']}")

@@ -57,6 +57,7 @@ def queue_a(folder: Path) -> Metrics:
         return store.metrics()
 
 
+# --8<-- [start:shown]
 def queue_b(folder: Path) -> Metrics:
     db = folder / "b.sqlite3"
     clock = ModelClock(1000)
@@ -68,17 +69,20 @@ def queue_b(folder: Path) -> Metrics:
         lease = store.claim(lease_seconds=30)  # E0001's lease ended at 1030: taken over
         store.complete(lease, Handler())
         print(
-            f"B at 1100: a worker takes {lease.event_id} over (generation {lease.generation}) and completes it"
+            f"B at 1100: a worker takes {lease.event_id} over "
+            f"(generation {lease.generation}) and completes it"
         )
         print(f"B at 1100: a worker claims {dying_worker(db, 1100)}")
         clock.set(4600)
         e0002 = store.message("E0002")
         print(
-            f"B at 4600: E0002 is stored as {e0002.state}, its lease ended at {e0002.lease_until}"
+            f"B at 4600: E0002 is stored as {e0002.state}, "
+            f"its lease ended at {e0002.lease_until}"
         )
         return store.metrics()
 
 
+# --8<-- [end:shown]
 with tempfile.TemporaryDirectory() as tmp:
     a, b = queue_a(Path(tmp)), queue_b(Path(tmp))
 
@@ -89,6 +93,7 @@ for state in ("ready", "leased", "done", "dead"):
 print("the metrics:")
 print(f"{'oldest ready age (s)':<28}{a.oldest_ready_age:>12}{b.oldest_ready_age:>12}")
 print(
-    f"{'enqueue to done, max (s)':<28}{a.enqueue_to_done.max:>12}{b.enqueue_to_done.max:>12}"
+    f"{'enqueue to done, max (s)':<28}"
+    f"{a.enqueue_to_done.max:>12}{b.enqueue_to_done.max:>12}"
 )
 print(f"{'expired leases taken over':<28}{a.expired_leases:>12}{b.expired_leases:>12}")

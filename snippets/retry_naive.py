@@ -35,7 +35,7 @@ def handle(payload, now):
 
 
 def handler(tx, message):
-    """The same step as a queue_core handler: it writes the effect through the completion's tx."""
+    """The same step as a queue_core handler: it writes in the completion's tx."""
     if message.payload_object.get("needs") == "downstream" and tx.now() < DOWN_UNTIL:
         raise TemporaryFailure("downstream_unavailable")
     Handler()(tx, message)  # the ledger's INSERT, inside the completion's transaction
@@ -45,7 +45,8 @@ with tempfile.TemporaryDirectory() as tmp:
     print("naive: a failed message is ready again at once; no budget")
     conn = sqlite3.connect(Path(tmp) / "naive.sqlite3", isolation_level=None)
     conn.execute(
-        "CREATE TABLE messages (event_id TEXT PRIMARY KEY, payload TEXT, state TEXT, attempts INT)"
+        "CREATE TABLE messages"
+        " (event_id TEXT PRIMARY KEY, payload TEXT, state TEXT, attempts INT)"
     )
     conn.execute("CREATE TABLE effects (event_id TEXT, amount_cents INT)")
     for event in EVENTS:
@@ -53,11 +54,13 @@ with tempfile.TemporaryDirectory() as tmp:
             "INSERT INTO messages VALUES (?, ?, 'ready', 0)",
             (event["event_id"], json.dumps(event["payload"])),
         )
+    # --8<-- [start:shown]
     now = 1000
     for _ in range(20):
         conn.execute("BEGIN IMMEDIATE")
         event_id, payload = conn.execute(
-            "SELECT event_id, payload FROM messages WHERE state = 'ready' ORDER BY event_id LIMIT 1"
+            "SELECT event_id, payload FROM messages WHERE state = 'ready'"
+            " ORDER BY event_id LIMIT 1"
         ).fetchone()
         conn.execute(
             "UPDATE messages SET attempts = attempts + 1 WHERE event_id = ?",
@@ -76,6 +79,7 @@ with tempfile.TemporaryDirectory() as tmp:
             "UPDATE messages SET state = 'done' WHERE event_id = ?", (event_id,)
         )
         conn.execute("COMMIT")
+    # --8<-- [end:shown]
     for event_id, attempts, state in conn.execute(
         "SELECT event_id, attempts, state FROM messages"
     ):
@@ -105,6 +109,7 @@ with tempfile.TemporaryDirectory() as tmp:
             else ""
         )
         print(
-            f"  t={clock.now()} {lease.event_id} attempt {lease.attempt}: {completion.outcome.value}{why}"
+            f"  t={clock.now()} {lease.event_id} attempt {lease.attempt}:"
+            f" {completion.outcome.value}{why}"
         )
     print(f"  effects: {ledger.effects(store)}")

@@ -1,11 +1,12 @@
-"""Silent deaths spend the budget too: three real crashes, then the fourth claim moves the message to dead.
+"""Three silent deaths spend the budget too: the fourth claim moves the message to dead.
 
 E0003's processing kills its worker every time. The program claims E0003 and
 hands the lease to a real child process, which starts the completion (BEGIN
 IMMEDIATE, the fenced check) and dies with os._exit(86) just as its handler is
-about to run. Nobody reports a failure; the lease just runs out. Each claim counts as an attempt, so after
-three such deaths the next claim moves E0003 to dead ('lease_expired', with a
-detail that says which lease ended when) and hands out E0004 instead.
+about to run. Nobody reports a failure; the lease just runs out. Each claim
+counts as an attempt, so after three such deaths the next claim moves E0003 to
+dead ('lease_expired', with a detail that says which lease ended when) and
+hands out E0004 instead.
 
 Run: python retry_silent_deaths.py   (needs queue_core installed; leaves nothing behind)
 """
@@ -28,14 +29,15 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"budget: MAX_ATTEMPTS = {MAX_ATTEMPTS} claims per cycle")
     print("E0003, the row after each step:")
     print(
-        f"{'now':>6}  {'step':<26} {'state':<6} {'attempts':>8} {'generation':>10}  last_error"
+        f"{'now':>6}  {'step':<26} {'state':<6}"
+        f" {'attempts':>8} {'generation':>10}  last_error"
     )
 
     def show(step: str) -> None:
         row = store.message("E0003")
         print(
-            f"{clock.now():>6}  {step:<26} {row.state:<6} {row.attempts:>8} {row.generation:>10}"
-            f"  {row.last_error or '-'}"
+            f"{clock.now():>6}  {step:<26} {row.state:<6}"
+            f" {row.attempts:>8} {row.generation:>10}  {row.last_error or '-'}"
         )
 
     show("enqueue")

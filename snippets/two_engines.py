@@ -1,6 +1,6 @@
 """One program, two engines: the same protocol on SQLite and on PostgreSQL.
 
-    python two_engines.py                                    # SQLite: queue.sqlite3 here
+    python two_engines.py                                    # SQLite (queue.sqlite3)
     python two_engines.py postgresql://app@db.example/queue  # PostgreSQL
 
 (PostgreSQL needs psycopg: pip install 'queue_core[postgres]'.)
@@ -18,6 +18,7 @@ two_engines_<process id>, uses only that schema, and drops it with everything
 in it at the end; the rest of the database is never touched.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ BATCH = (
     '{"event_id": "E0003", "payload": {"category": "bag", "amount_cents": 4500}}\n'
 )
 
-# The command line only when run as a program (on the site, this file runs inside the build).
+# The command line only when run as a program (on the site, it runs inside the build).
 target = (
     sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else "queue.sqlite3"
 )
@@ -46,7 +47,7 @@ if target.startswith(("postgresql://", "postgres://")):
             admin.execute(f"CREATE SCHEMA {schema}")
     except psycopg.Error as error:
         sys.exit(f"two_engines.py: cannot create the schema {schema} there: {error}")
-    # Every connection the stores open works in that schema only (libpq's "options" parameter).
+    # Every connection the stores open works in that schema only (libpq's "options").
     url = urlsplit(target)
     query = urlencode(
         parse_qsl(url.query) + [("options", f"-csearch_path={schema}")], quote_via=quote
@@ -67,6 +68,7 @@ else:
             Path(target + suffix).unlink(missing_ok=True)
 
 
+# --8<-- [start:shown]
 clock = ModelClock(1000)
 try:
     # two workers, two connections
@@ -77,35 +79,39 @@ try:
 
         lease_a = a.claim(lease_seconds=30)
         print(
-            f"{clock.now()}  A claims {lease_a.event_id}: generation {lease_a.generation}, "
-            f"until {lease_a.lease_until}"
+            f"{clock.now()}  A claims {lease_a.event_id}: "
+            f"generation {lease_a.generation}, until {lease_a.lease_until}"
         )
         clock.advance(30)  # A stalls; its lease ends
         lease_b = b.claim(lease_seconds=30)
         print(
-            f"{clock.now()}  B claims {lease_b.event_id}: generation {lease_b.generation}, "
-            f"until {lease_b.lease_until}"
+            f"{clock.now()}  B claims {lease_b.event_id}: "
+            f"generation {lease_b.generation}, until {lease_b.lease_until}"
         )
         try:
             a.complete(lease_a, Handler())
         except LeaseLost as refused:
-            print(f"{clock.now()}  A completes: LeaseLost: {refused}")
-        print(
-            f"{clock.now()}  B completes: {b.complete(lease_b, Handler()).outcome.value}"
-        )
-        print(f"{clock.now()}  B works off the rest: {work(b, Handler()).to_dict()}")
+            reason = str(refused).replace("; ", ";\n" + " " * 6)
+            print(f"{clock.now()}  A completes: LeaseLost: {reason}")
+        completion = b.complete(lease_b, Handler())
+        print(f"{clock.now()}  B completes: {completion.outcome.value}")
+        summary = json.dumps(work(b, Handler()).to_dict(), separators=(",", ":"))
+        print(f"{clock.now()}  B works off the rest: {summary}")
+        # --8<-- [end:shown]
 
         print()
         print("event  state  attempts  generation")
         for message in a.messages():
             print(
-                f"{message.event_id}  {message.state:<5}  {message.attempts:>8}  {message.generation:>10}"
+                f"{message.event_id}  {message.state:<5}  "
+                f"{message.attempts:>8}  {message.generation:>10}"
             )
         report = ledger.report(a)
         print(f"status: {report.messages}")
         print(f"effects: {ledger.effects(a)}")
         print(
-            f"total_cents: {report.total_cents}, by category: {dict(report.by_category)}"
+            f"total_cents: {report.total_cents}, "
+            f"by category: {dict(report.by_category)}"
         )
 except QueueError as error:  # e.g. the server went away: say so, without a traceback
     sys.exit(f"two_engines.py: {error.code}: {error}")

@@ -697,7 +697,7 @@ def test_demo_and_lab_refuse_db_and_now_and_write_nothing(
     proc = run(tmp_path, *args)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == (f"queue-core: usage: {command} does not take {options}: "
-                           "it runs in a temporary folder of its own with a model clock\n")
+                           "it makes its own temporary folder and model clock\n")
     assert list(tmp_path.iterdir()) == []  # no database made, none touched
 
 
@@ -1021,7 +1021,7 @@ def test_demo_and_lab_refuse_a_postgresql_url_and_touch_nothing(tmp_path: Path, 
         proc = run(tmp_path, command, "--db", postgres_url)
         assert proc.returncode == 2 and proc.stdout == ""
         assert proc.stderr == (f"queue-core: usage: {command} does not take --db: "
-                               "it runs in a temporary folder of its own with a model clock\n")
+                               "it makes its own temporary folder and model clock\n")
     assert pg_objects(postgres_url) == []
     assert list(tmp_path.iterdir()) == []
 

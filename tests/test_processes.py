@@ -76,7 +76,9 @@ def test_twenty_events_two_consumers_each_effect_once(tmp_path: Path) -> None:
     assert {(m.state, m.generation) for m in store.messages()} == {("done", 1)}
 
 
-@pytest.mark.parametrize("how, expected_status", [("exit", CRASH_EXIT_CODE), ("sigkill", -signal.SIGKILL)])
+@pytest.mark.parametrize(
+    "how, expected_status", [("exit", CRASH_EXIT_CODE), ("sigkill", -signal.SIGKILL)]
+)
 def test_crash_between_insert_and_commit_loses_nothing_and_doubles_nothing(
     tmp_path: Path, how: str, expected_status: int
 ) -> None:
@@ -86,7 +88,9 @@ def test_crash_between_insert_and_commit_loses_nothing_and_doubles_nothing(
     ledger.install(store)
     store.enqueue(line("E0003", "book", 5000))
     lease = store.claim(lease_seconds=2)
-    status = run_crashing_completion(db, lease, now=1000, point="complete.after_effect", how=how)
+    status = run_crashing_completion(
+        db, lease, now=1000, point="complete.after_effect", how=how
+    )
     assert status == expected_status
     assert integrity(db) == "ok"
     # The uncommitted INSERT is gone; the committed claim is still there.

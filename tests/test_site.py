@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from docs_support.code_width import ONE_LINE_BY_CONTRACT
+
 import pytest
 
 # Two strict builds and a real browser over every page: on a loaded machine this
@@ -172,6 +174,20 @@ def published_build(_builds: dict[str, object]) -> Build:
     return build
 
 
+def _load_hooks():
+    """The site's build hooks (overrides/hooks.py), loaded from their file as MkDocs loads them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("queue_core_site_hooks", ROOT / "overrides" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOOKS = _load_hooks()
+
+
 def site_pages(site: Path) -> list[str]:
     return sorted(
         "/" + p.parent.relative_to(site).as_posix().strip(".") + ("/" if p.parent != site else "")
@@ -244,12 +260,61 @@ def test_every_included_program_can_be_downloaded_from_its_page(built_site: Path
             link = re.search(rf'<a download="{re.escape(name)}" href="([^"]+)"', html)
             assert link is not None, f"{page.name}: no download link for {name}"
             served = (html_path.parent / link.group(1)).resolve()
-            assert served.read_bytes() == (ROOT / "snippets" / name).read_bytes(), name
+            assert served.read_bytes() == HOOKS.published(ROOT / "snippets" / name), name
             seen.add(name)
     assert seen == {p.name for p in (ROOT / "snippets").glob("*.py")}  # every program is on some page
     with zipfile.ZipFile(built_site / "snippets" / "queue_core-examples.zip") as zf:
         packed = {Path(n).name: zf.read(n) for n in zf.namelist()}
-    assert packed == {p.name: p.read_bytes() for p in (ROOT / "snippets").iterdir() if p.suffix in (".py", ".jsonl")}
+    assert packed == {p.name: HOOKS.published(p) for p in (ROOT / "snippets").iterdir() if p.suffix in (".py", ".jsonl")}
+
+
+def test_a_long_program_shows_its_lines_that_matter_and_folds_the_whole(built_site: Path) -> None:
+    """A program over 60 lines marks a ``shown`` section; its page shows that, then the whole, then its output."""
+    docs = ROOT / "docs"
+    long_programs = [p for p in sorted((ROOT / "snippets").glob("*.py")) if HOOKS.published(p).count(b"\n") > 60]
+    assert long_programs
+    for program in long_programs:
+        span = HOOKS.shown_lines(program)
+        assert span is not None, f"{program.name} is long and marks no shown section"
+        first, last, total = span
+        assert last - first + 1 <= 45 < total, (program.name, span)
+        assert b"8<--" not in HOOKS.published(program)
+        pages = [p for p in docs.rglob("*.md") if f'--8<-- "snippets/{program.name}"' in p.read_text("utf-8")]
+        for page in pages:
+            rel = page.relative_to(docs).with_suffix("")
+            html = (built_site / (rel.parent if rel.name == "index" else rel) / "index.html").read_text("utf-8")
+            title = f"{program.name}, lines {first}-{last} of {total}"
+            assert title in html, (page.name, title)
+            after = html[html.index(title):]
+            whole = after.index(f"The whole program: {program.name}, {total} lines")
+            shown_code = after[:whole]
+            # the lines keep the file's own numbers (padded to the widest number)
+            assert re.search(rf'href="#__codelineno-[^"]*">\s*{first}</a>', shown_code), program.name
+            assert "It prints:" in after[whole:]
+
+
+def test_no_rendered_code_line_is_wider_than_88_columns(built_site: Path) -> None:
+    """Code, recorded output and shell sessions fit their block: nothing scrolls sideways."""
+    from docs_support.code_width import MAX_COLUMNS, code_lines, too_wide
+
+    assert MAX_COLUMNS == 88
+    assert too_wide(built_site) == {}
+    # the check sees what it should: a line of a highlighted block, tags and entities undone
+    page = '<pre><code><span class="n">x</span> = &quot;' + "y" * 85 + '&quot;\n</code></pre>'
+    assert [len(line) for line in code_lines(page)] == [91, 0]
+    # a session's one-line error and JSON are what the command prints; other output is not excused
+    session = '<pre><code><span class="gp">$ </span>queue-core x\nqueue-core: bad: ' + "z" * 90
+    session += "\n{" + "z" * 90 + "}\n" + "w" * 90 + "\n</code></pre>"
+    assert [len(line) for line in code_lines(session)] == [len("$ queue-core x"), 90, 0]
+
+
+def test_the_shown_section_is_found_and_left_out_of_what_is_published(tmp_path: Path) -> None:
+    program = tmp_path / "long.py"
+    program.write_text("a = 1\n# --8<-- [start:shown]\nb = 2\nc = 3\n# --8<-- [end:shown]\nd = 4\n", "utf-8")
+    assert HOOKS.shown_lines(program) == (2, 3, 4)
+    assert HOOKS.published(program) == b"a = 1\nb = 2\nc = 3\nd = 4\n"
+    program.write_text("a = 1\n", "utf-8")
+    assert HOOKS.shown_lines(program) is None
 
 
 def test_local_build_names_make_serve_and_has_no_repository_links(built_site: Path) -> None:
@@ -353,6 +418,16 @@ def open_page(browser, url: str, *, color_scheme: str = "light"):
     return context, page, problems, requested
 
 
+# The code blocks that scroll sideways, as (longest line, scroll width, visible width);
+# a session that holds a wide one-line-by-contract output line is not counted.
+SIDEWAYS = """exempt => [...document.querySelectorAll('pre > code')]
+  .filter(code => code.scrollWidth > code.clientWidth + 1)
+  .filter(code => !(code.querySelector('.gp') !== null && code.textContent.split('\\n')
+    .some(line => line.length > 88 && exempt.some(start => line.startsWith(start)))))
+  .map(code => [Math.max(...code.textContent.split('\\n').map(line => line.length)),
+                code.scrollWidth, code.clientWidth])"""
+
+
 def wait_for_diagrams(page, expected: int) -> None:
     page.wait_for_function(
         "() => [...document.querySelectorAll('div.mermaid')]"
@@ -368,7 +443,7 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                                                                       built_site: Path) -> None:
     pages = site_pages(built_site)
     assert len(pages) >= 1
-    diagrams = drawn = 0
+    diagrams = drawn = blocks = 0
     for path in pages:
         context, page, problems, requested = open_page(browser, served_site + path)
         try:
@@ -383,11 +458,35 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                 assert mermaid_loads(requested) == [], f"{path} has no diagram but downloads mermaid"
             assert page.locator("h1").count() >= 1, f"{path}: no heading"
             assert problems == [], f"{path}: {problems}"
+            # At 1280 px, beside both sidebars, no code block scrolls sideways, save for a
+            # session's one line by contract (docs_support.code_width)
+            sideways = page.evaluate(SIDEWAYS, list(ONE_LINE_BY_CONTRACT))
+            assert sideways == [], f"{path}: code blocks scroll sideways: {sideways}"
+            blocks += page.locator("pre > code").count()
         finally:
             context.close()
     assert 0 < drawn < len(pages), "the site should have pages with and pages without diagrams"
+    assert blocks > 300
     print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG, "
           f"mermaid downloaded by those {drawn} pages only")
+
+
+def test_the_sideways_check_finds_a_block_that_scrolls(browser) -> None:
+    """Negative control: a long line in a narrow block is found, a session's error line is excused."""
+    context = browser.new_context(viewport={"width": 800, "height": 600})
+    try:
+        page = context.new_page()
+        wide, error = "x" * 120, "queue-core: " + "e" * 120
+        page.set_content(
+            # as Material styles a code block: the code scrolls, not the page
+            "<style>pre > code { display: block; overflow: auto }</style>"
+            '<div style="width: 300px"><pre><code>' + wide + "</code></pre>"
+            '<pre><code><span class="gp">$ </span>queue-core x\n' + error + "</code></pre></div>"
+        )
+        found = page.evaluate(SIDEWAYS, list(ONE_LINE_BY_CONTRACT))
+        assert [longest for longest, _, _ in found] == [120]
+    finally:
+        context.close()
 
 
 def test_instant_navigation_renders_diagrams_offline(browser, served_published: str,

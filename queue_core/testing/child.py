@@ -10,14 +10,17 @@ with SIGKILL. It is not part of the ``queue-core`` CLI, so no user reaches it
 by accident. ``complete`` and ``complete_many`` run the reference
 application's handler (``queue_core.ledger``).
 
-    python -m queue_core.testing.child enqueue  DB BATCH_FILE            --now T --point enqueue.after_insert
-    python -m queue_core.testing.child claim    DB [--lease-seconds S]   --now T --point claim.after_update
-    python -m queue_core.testing.child complete DB ID GEN ATTEMPT UNTIL [--category NAME]... [--receipts] --now T ...
-    python -m queue_core.testing.child fail     DB ID GEN ATTEMPT UNTIL --code CODE [--permanent] --now T --point ...
-    python -m queue_core.testing.child redrive  DB ID [ID...]            --now T --point redrive.after_update
-    python -m queue_core.testing.child claim_many    DB --count K [--lease-seconds S] --now T --point ...
-    python -m queue_core.testing.child complete_many DB --lease ID:GEN:ATTEMPT:UNTIL [--lease ...]...
-                                       [--category NAME]... [--receipts] --now T --point ... [--hit N]
+    python -m queue_core.testing.child OPERATION DB ... --now T --point POINT [--hit N]
+
+    OPERATION and its arguments, for example with POINT:
+    enqueue       DB BATCH_FILE                         enqueue.after_insert
+    claim         DB [--lease-seconds S]                claim.after_update
+    complete      DB ID GEN ATTEMPT UNTIL [--category NAME]... [--receipts]
+    fail          DB ID GEN ATTEMPT UNTIL --code CODE [--permanent]
+    redrive       DB ID [ID...]                         redrive.after_update
+    claim_many    DB --count K [--lease-seconds S]
+    complete_many DB --lease ID:GEN:ATTEMPT:UNTIL [--lease ...]...
+                  [--category NAME]... [--receipts]
 
 A batch operation reaches its own points (``claim_many.after_begin``, ...) and,
 inside its one transaction, the points of its messages' operation once per
@@ -71,7 +74,10 @@ HOWS = ("exit", "sigkill")
 
 
 def points_of(operation: str) -> frozenset[str]:
-    """The probe points ``operation`` may reach: its own, and for a batch its messages' operation's."""
+    """The probe points ``operation`` may reach.
+
+    Its own, and for a batch also those of its messages' operation.
+    """
     if operation not in OPERATIONS:
         raise ValueError(
             f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}"
@@ -88,7 +94,7 @@ def lease_argument(lease: Lease) -> str:
 
 
 def parse_lease_argument(text: str) -> Lease:
-    """``ID:GEN:ATTEMPT:UNTIL`` back into a Lease (argparse's ``type=`` for ``--lease``)."""
+    """``ID:GEN:ATTEMPT:UNTIL`` back into a Lease (the ``type=`` of ``--lease``)."""
     parts = text.split(":")
     if len(parts) != 4 or not parts[0]:
         raise argparse.ArgumentTypeError(
@@ -194,7 +200,7 @@ def child_command(
 def run_crashing(
     db: str | Path, operation: str, *, capture: bool = False, **options: object
 ) -> int:
-    """Run ``operation`` in a child process that dies at ``point``; return its exit status.
+    """Run ``operation`` in a child that dies at ``point``; return its exit status.
 
     ``options`` are those of ``child_command``. The status is ``CRASH_EXIT_CODE``
     for ``how="exit"`` and ``-signal.SIGKILL`` for ``how="sigkill"``.
@@ -212,7 +218,7 @@ def run_crashing_completion(
     point: str = "complete.after_effect",
     how: str = "exit",
 ) -> int:
-    """Complete ``lease`` in a child process that dies at ``point``; return its exit status."""
+    """Complete ``lease`` in a child that dies at ``point``; return its exit status."""
     return run_crashing(db, "complete", lease=lease, now=now, point=point, how=how)
 
 
@@ -243,7 +249,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--trace",
         action="store_true",
-        help="do not die: run the operation and print every fault point it reached, in order",
+        help="do not die: run it, print the fault points it reached, in order",
     )
     common.add_argument(
         "--hit", type=int, default=1, help="die at the N-th time the point is reached"
@@ -280,7 +286,8 @@ def _parser() -> argparse.ArgumentParser:
             op.add_argument(
                 "--receipts",
                 action="store_true",
-                help="complete under a ReceiptHandler (tenant and operation from the payload)",
+                help="complete under a ReceiptHandler "
+                "(tenant and operation from the payload)",
             )
         else:
             op.add_argument("--code", required=True)
@@ -347,7 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ValueError: a count or lease the store refuses
     except (QueueError, ValueError) as exc:
         print(
-            f"{args.operation} refused: {getattr(exc, 'code', 'invalid_argument')}: {exc}",
+            f"{args.operation} refused: "
+            f"{getattr(exc, 'code', 'invalid_argument')}: {exc}",
             file=sys.stderr,
         )
         return 2
