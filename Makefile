@@ -37,7 +37,14 @@ $(AXE): tests/browser/package.json tests/browser/package-lock.json
 	npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
 	@touch $@
 
-test: $(VENV)/.test-installed $(AXE)
+# Pyodide, pinned with its integrity in site_runtime/package-lock.json: the
+# build copies it into the site for the Run buttons (overrides/hooks.py).
+PYODIDE := site_runtime/node_modules/pyodide/pyodide.asm.wasm
+$(PYODIDE): site_runtime/package.json site_runtime/package-lock.json
+	npm ci --prefix site_runtime --no-audit --no-fund --loglevel=error
+	@touch $@
+
+test: $(VENV)/.test-installed $(AXE) $(PYODIDE)
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
 
@@ -47,11 +54,11 @@ check: $(VENV)/.test-installed
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -m "not slow and not postgres"
 
-site: $(VENV)/.docs-installed
+site: $(VENV)/.docs-installed $(PYODIDE)
 	$(BIN)/python -m mkdocs build --strict --site-dir site
 
 # The site's own URL (canonical links, sitemap, instant navigation) is where it is served.
-serve: $(VENV)/.docs-installed
+serve: $(VENV)/.docs-installed $(PYODIDE)
 	SITE_URL=http://$(HOST):$(PORT)/ $(BIN)/python -m mkdocs build --strict --site-dir site
 	@echo "Serving the site at http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
 	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory site
@@ -83,4 +90,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python scripts/bench.py --out docs/assets/bench
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) tests/browser/node_modules site build *.egg-info .pytest_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) tests/browser/node_modules site_runtime/node_modules site build *.egg-info .pytest_cache .hypothesis test-artifacts

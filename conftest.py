@@ -1,3 +1,3 @@
-"""Root conftest: loads the docs-as-tests adaptation for every collected path."""
+"""Root conftest: the docs-as-tests adaptation, and the built site's fixtures."""
 
-pytest_plugins = ["tests.markdown_docs"]
+pytest_plugins = ["tests.markdown_docs", "tests.site_build"]

@@ -29,7 +29,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
+
+from docs_support.run_here import SECTION_MARK, needs_a_machine, shown_and_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "snippets"
@@ -40,9 +43,6 @@ INCLUDE = re.compile(
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
 
 
-SECTION_MARK = re.compile(
-    r"^[ \t]*#[ \t]*-+8<-+[ \t]*\[(?P<end>start|end):(?P<name>[a-z_]+)\][ \t]*$"
-)
 SHOWN = "shown"  # the one section of a long program that its page shows
 HL_LINES = re.compile(r'\bhl_lines="(?P<spec>[^"]*)"')
 
@@ -95,7 +95,49 @@ def on_config(config: Any) -> Any:
     return config
 
 
+RUNTIME = ROOT / "site_runtime" / "node_modules" / "pyodide"
+# The runtime's files that a page's Run loads (the rest of the npm package is
+# for node and for bundlers).
+RUNTIME_FILES = (
+    "pyodide.mjs",
+    "pyodide.asm.mjs",
+    "pyodide.asm.wasm",
+    "python_stdlib.zip",
+    "pyodide-lock.json",
+)
+PACKAGE = ROOT / "queue_core"
+
+
+def queue_core_zip() -> bytes:
+    """The package as the browser imports it: the package files of this build."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(PACKAGE.rglob("*")):
+            relative = path.relative_to(PACKAGE.parent)
+            if path.suffix not in (".py", ".sql") or "__pycache__" in relative.parts:
+                continue
+            info = zipfile.ZipInfo(relative.as_posix(), date_time=(2026, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes())
+    return buffer.getvalue()
+
+
 def on_files(files: Files, config: Any) -> Files:
+    missing = [name for name in RUNTIME_FILES if not (RUNTIME / name).is_file()]
+    if missing:
+        raise PluginError(
+            f"the browser runtime is not installed ({RUNTIME} lacks {', '.join(missing)}):"
+            " run `make site` (it runs npm ci --prefix site_runtime)"
+        )
+    for name in RUNTIME_FILES:
+        files.append(
+            File.generated(
+                config, f"assets/pyodide/{name}", abs_src_path=str(RUNTIME / name)
+            )
+        )
+    files.append(
+        File.generated(config, "assets/run/queue_core.zip", content=queue_core_zip())
+    )
     for path in examples():
         files.append(
             File.generated(config, f"snippets/{path.name}", content=published(path))
@@ -154,9 +196,10 @@ def excerpt(indent: str, info: str, name: str) -> list[str] | None:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    """Long programs as their lines that matter; after each, a link that downloads it."""
+    """Run where a block can run in the browser; long programs shortened; download links."""
     # from this page's folder to the docs root
     up = "../" * page.file.src_uri.count("/")
+    run_here = f"{up}run-here.md"
     lines = markdown.split("\n")
     out: list[str] = []
     # (indent, name) of the program in the open fence
@@ -180,13 +223,33 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             and len(line.strip()) >= len(fence[1])
             and opened["indent"] == fence[0]
         ):
+            indent, info = fence[0], out[opened_at].strip()
+            runs = shown_and_run(info.lstrip("`~"))
             if pending is not None:
-                indent, name = pending
-                info = out[opened_at].strip()
-                if "exec=" in info:
-                    shorter = excerpt(indent, info, name)
-                    if shorter is not None:
-                        out[opened_at:] = shorter
+                source = published(SNIPPETS / pending[1]).decode("utf-8")
+            else:
+                source = "\n".join(out[opened_at + 1 : -1])
+            why = needs_a_machine(source) if runs else None
+            if pending is not None and "exec=" in info:
+                shorter = excerpt(indent, info, pending[1])
+                if shorter is not None:
+                    out[opened_at:] = shorter
+            if runs and why is None:
+                out[opened_at:] = [
+                    f'{indent}<div class="qc-run" markdown="1">',
+                    "",
+                    *out[opened_at:],
+                    "",
+                    f"{indent}</div>",
+                ]
+            elif runs:
+                out.append("")
+                out.append(
+                    f"{indent}:material-laptop: Runs on your machine, not in the browser:"
+                    f" {why} ([why]({run_here})).{{ .qc-local }}"
+                )
+            if pending is not None:
+                name = pending[1]
                 out.append("")
                 out.append(
                     f"{indent}[:material-download: Download `{name}`]({up}snippets/{name})"

@@ -123,6 +123,17 @@ class WrongPath(StorageError):
     exit_status = 2
 
 
+class NoThreads(QueueError):
+    """This Python cannot start a thread, and the operation needs one.
+
+    A heartbeat extends a lease from a thread of its own. Pyodide (CPython
+    compiled to WebAssembly, as the site's Run buttons use it) starts none:
+    run such work on a machine.
+    """
+
+    code = "no_threads"
+
+
 class HandlerFailure(Exception):
     """Raised by a business handler to refuse a payload."""
 

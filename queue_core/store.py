@@ -33,6 +33,7 @@ import math
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -49,6 +50,7 @@ from .errors import (
     BatchRejected,
     HandlerFailure,
     LeaseLost,
+    NoThreads,
     NotDead,
     PermanentFailure,
     StorageError,
@@ -1207,6 +1209,11 @@ class Store:
         if not every > 0:
             raise ValueError(
                 f"every must be a positive number of seconds, got {every!r}"
+            )
+        if not turn.THREADS:
+            raise NoThreads(
+                "a heartbeat extends the lease from a thread, and this Python"
+                f" ({sys.platform}) cannot start one: run this on a machine"
             )
         return Heartbeat(self, lease, every, lease_seconds)
 

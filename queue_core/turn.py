@@ -18,12 +18,17 @@ waits in the kernel's queue and the caller waits for it no longer than
 database, as a lock held past the timeout always was). Where the lock file
 cannot be created (a read-only folder) there are no turns, and SQLite's own
 busy wait applies.
+
+Where Python cannot start a thread (``THREADS`` is false: Pyodide, CPython
+compiled to WebAssembly, in a browser) there is one process and one thread,
+so there is nobody to take turns with: no turns, and nothing waits.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import StorageError
+
+# Pyodide's CPython (sys.platform "emscripten") has the threading module but
+# starts no thread: Thread.start raises RuntimeError.
+THREADS = sys.platform != "emscripten"
 
 
 @dataclass
@@ -114,6 +123,8 @@ _TAKEN = -2  # _lock: another process kept the turn for longer than we may wait
 
 def _lock(name: str, wait_seconds: float) -> int:
     """The locked lock file; -1: no turns; ``_TAKEN`` after ``wait_seconds``."""
+    if not THREADS:
+        return -1  # one process, one thread: nobody to take turns with
     try:
         fd = os.open(f"{name}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:

@@ -1,0 +1,289 @@
+"""The built site, for the tests that read it or open it in a browser (a pytest plugin).
+
+``tests/conftest.py`` registers this module, so that every test module shares
+one pair of builds, one server each and one browser per session:
+
+- ``built_site``: the local build, as ``make site`` makes it;
+- ``published_build`` and ``served_published``: the build the Pages workflow
+  makes, served at the very address its SITE_URL names;
+- ``served_site``: the local build served on 127.0.0.1;
+- ``browser``: Debian's Chromium, driven by Playwright (skipped where it is
+  missing, except under CI).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Closed shadow roots hide Material's rendered diagrams from the test: open them.
+OPEN_SHADOW_ROOTS = """
+const attach = Element.prototype.attachShadow;
+Element.prototype.attachShadow = function (init) { return attach.call(this, {...init, mode: "open"}); };
+"""
+LOCAL_SITE_URL = "http://127.0.0.1:8000/"  # mkdocs.yml's default: `make serve`
+PUBLISHED_REPO_URL = "https://github.com/example/queue_core"  # any repository: nothing fetches it
+MERMAID = "assets/javascripts/mermaid.min.js"
+# axe-core, the accessibility engine behind Lighthouse: `make test` installs the
+# version locked in tests/browser/package-lock.json (npm ci), never a CDN copy.
+AXE = ROOT / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+RUN_AXE = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
+  .filter(v => v.impact === "serious" || v.impact === "critical")
+  .map(v => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(", ")}`)"""
+# `python -c DOCS_ONLY_MKDOCS build ...`: mkdocs, with what only `make test`
+# installs (and the test suite itself) unimportable.
+TEST_ONLY = ("pytest", "_pytest", "hypothesis", "playwright", "psycopg", "tests")
+DOCS_ONLY_MKDOCS = f"""
+import sys
+
+class TestOnly:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {TEST_ONLY!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}: test-only, and `make site` does not "
+                                      "install it; a page must not import it at build time", name=name)
+        return None
+
+sys.meta_path.insert(0, TestOnly())
+from mkdocs.__main__ import cli
+sys.argv[0] = "mkdocs"
+cli()
+"""
+
+
+# ------------------------------------------------------------------- builds
+
+@dataclass
+class Build:
+    out: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+    site_url: str
+    repo_url: str | None
+
+    def wait(self) -> Path:
+        returncode = self.process.wait(timeout=900)
+        log = self.log.read_text(encoding="utf-8", errors="replace")
+        assert returncode == 0, log
+        warnings = [line for line in log.splitlines() if "WARNING" in line]
+        assert warnings == [], "\n".join(warnings)
+        return self.out
+
+
+def _start_build(out: Path, *, site_url: str | None, repo_url: str | None) -> Build:
+    env = {k: v for k, v in os.environ.items() if k not in ("SITE_URL", "REPO_URL")}
+    env["NO_MKDOCS_2_WARNING"] = "1"
+    if site_url is not None:
+        env["SITE_URL"] = site_url
+    if repo_url is not None:
+        env["REPO_URL"] = repo_url
+    log = out.with_name(out.name + ".log")
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-c", DOCS_ONLY_MKDOCS, "build", "--strict", "--site-dir", str(out)],
+            cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env=env,
+        )
+    return Build(out, process, log, site_url or LOCAL_SITE_URL, repo_url)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+def _server(directory: Path) -> http.server.ThreadingHTTPServer:
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    return http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+
+
+@pytest.fixture(scope="session")
+def _builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """Start both builds at once. The published build's server is bound first,
+    so that its SITE_URL names the address the browser will really use."""
+    local_out = tmp_path_factory.mktemp("site-local")
+    published_out = tmp_path_factory.mktemp("site-published")
+    published_server = _server(published_out)
+    published_url = f"http://127.0.0.1:{published_server.server_address[1]}/"
+    builds = {
+        "local": _start_build(local_out, site_url=None, repo_url=None),
+        "published": _start_build(published_out, site_url=published_url, repo_url=PUBLISHED_REPO_URL),
+        "published_server": published_server,
+    }
+    try:
+        yield builds
+    finally:
+        for build in builds.values():
+            if isinstance(build, Build) and build.process.poll() is None:
+                build.process.kill()
+                build.process.wait()
+        published_server.server_close()
+
+
+@pytest.fixture(scope="session")
+def built_site(_builds: dict[str, object]) -> Path:
+    """The local build (``mkdocs build --strict``, no SITE_URL/REPO_URL); fails on any warning."""
+    build = _builds["local"]
+    assert isinstance(build, Build)
+    return build.wait()
+
+
+@pytest.fixture(scope="session")
+def published_build(_builds: dict[str, object]) -> Build:
+    """The build the Pages workflow makes: SITE_URL and REPO_URL set; fails on any warning."""
+    build = _builds["published"]
+    assert isinstance(build, Build)
+    build.wait()
+    return build
+
+
+def _load_hooks():
+    """The site's build hooks (overrides/hooks.py), loaded from their file as MkDocs loads them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("queue_core_site_hooks", ROOT / "overrides" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOOKS = _load_hooks()
+
+
+def site_pages(site: Path) -> list[str]:
+    return sorted(
+        "/" + p.parent.relative_to(site).as_posix().strip(".") + ("/" if p.parent != site else "")
+        for p in site.rglob("index.html")
+        if "assets" not in p.parts
+    )
+
+
+def html_of(site: Path, path: str) -> str:
+    return (site / path.lstrip("/") / "index.html").read_text(encoding="utf-8")
+
+
+def source_of(path: str) -> str:
+    """The Markdown file a page is built from: "/" -> index.md, "/reference/api/" -> reference/api.md."""
+    name = path.strip("/") or "index"
+    for candidate in (f"{name}.md", f"{name}/index.md"):
+        if (ROOT / "docs" / candidate).is_file():
+            return candidate
+    raise AssertionError(f"no Markdown source for {path}")
+
+
+def canonical(html: str) -> str:
+    match = re.search(r'<link rel="canonical" href="([^"]+)"', html)
+    assert match, "no canonical link"
+    return match.group(1)
+
+
+def sitemap_urls(site: Path) -> set[str]:
+    return set(re.findall(r"<loc>([^<]+)</loc>", (site / "sitemap.xml").read_text(encoding="utf-8")))
+
+
+def diagrams_in(html: str) -> int:
+    return len(re.findall(r'<pre class="mermaid"', html))
+
+
+
+# ----------------------------------------------------------------- browser
+
+@pytest.fixture(scope="session")
+def served_site(built_site: Path) -> Iterator[str]:
+    server = _server(built_site)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def served_published(_builds: dict[str, object], published_build: Build) -> Iterator[str]:
+    """The published build at the very address its SITE_URL names (instant navigation needs it)."""
+    server = _builds["published_server"]
+    assert isinstance(server, http.server.ThreadingHTTPServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield published_build.site_url.rstrip("/")
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is not installed; .ci/run must install Debian's chromium")
+        pytest.skip("Chromium is not installed (apt-get install chromium); CI requires it")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+def open_page(browser, url: str, *, color_scheme: str = "light"):
+    """Open ``url``; collect console errors, any request that leaves 127.0.0.1, and every URL requested."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=color_scheme)
+    context.add_init_script(OPEN_SHADOW_ROOTS)
+    page = context.new_page()
+    problems: list[str] = []
+    requested: list[str] = []
+    page.on("console", lambda msg: problems.append(f"console {msg.type}: {msg.text}")
+            if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url}"))
+
+    def outside(request) -> None:
+        requested.append(request.url)
+        host = urlparse(request.url).hostname
+        if request.url.startswith(("http:", "https:")) and host != "127.0.0.1":
+            problems.append(f"request leaves the machine: {request.url}")
+
+    page.on("request", outside)
+    page.goto(url, wait_until="networkidle")
+    return context, page, problems, requested
+
+
+# The code blocks that scroll sideways, as (longest line, scroll width, visible width);
+# a session that holds a wide one-line-by-contract output line is not counted.
+SIDEWAYS = """exempt => [...document.querySelectorAll('pre > code')]
+  .filter(code => code.scrollWidth > code.clientWidth + 1)
+  .filter(code => !(code.querySelector('.gp') !== null && code.textContent.split('\\n')
+    .some(line => line.length > 88 && exempt.some(start => line.startsWith(start)))))
+  .map(code => [Math.max(...code.textContent.split('\\n').map(line => line.length)),
+                code.scrollWidth, code.clientWidth])"""
+
+
+def wait_for_diagrams(page, expected: int) -> None:
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('div.mermaid')]"
+        ".filter(d => d.shadowRoot && d.shadowRoot.querySelector('svg')).length"
+        f" >= {expected}", timeout=15_000)
+
+
+def mermaid_loads(requested: list[str]) -> list[str]:
+    return [url for url in requested if urlparse(url).path.endswith("/" + MERMAID)]

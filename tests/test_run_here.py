@@ -1,0 +1,208 @@
+"""Run it here: every example that has Run runs in Chromium and prints what the build recorded.
+
+The local build is served under a sub-path (``/queue_core/``), as a project's
+published site is, so that every URL the pages and the runtime use must be
+relative. For every block with Run: click it, wait, and compare what the
+browser printed with the output the build recorded under the same block.
+Nothing may be requested from another host, and no byte of the runtime before
+the first click. Editing, an exception, Reset, Stop, and what queue_core does
+without threads are checked on real blocks too. Timings are printed.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.site_build import ROOT, open_page, site_pages
+
+pytestmark = pytest.mark.timeout(900)
+
+PREFIX = "/queue_core/"
+# What differs for a reason the pages state: temporary folders, and the SQLite
+# of the Python that runs a block (the overview prints it: the build's there,
+# the browser's here, as the page says).
+NORMALIZE = [
+    (re.compile(r"/tmp/[^\s'\")]+"), "<tmp>"),
+    (re.compile(r"(this Python's sqlite3 uses SQLite )\d+\.\d+\.\d+"), r"\1<version>"),
+]
+RUNTIME = ("/assets/pyodide/", "/assets/run/")
+DONE = "box => ['done', 'failed', 'stopped'].includes(box.dataset.state)"
+
+
+class _SubPathHandler(http.server.SimpleHTTPRequestHandler):
+    """The site under PREFIX, as on a project's Pages host; anything else is 404."""
+
+    def translate_path(self, path: str) -> str:
+        if not path.startswith(PREFIX):
+            return str(Path(self.directory) / "__outside_the_site__")
+        return super().translate_path("/" + path[len(PREFIX):])
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="module")
+def served_under_prefix(built_site: Path) -> Iterator[str]:
+    handler = functools.partial(_SubPathHandler, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{PREFIX[:-1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def normalized(text: str) -> str:
+    for pattern, replacement in NORMALIZE:
+        text = pattern.sub(replacement, text)
+    return text.rstrip("\n")
+
+
+def run_block(page, index: int, timeout_ms: int = 120_000) -> dict[str, object]:
+    """Click Run on the ``index``-th runnable block of ``page``; what it printed and how long it took."""
+    box = page.locator(".qc-run").nth(index)
+    box.scroll_into_view_if_needed()
+    box.locator("button", has_text="Run").click()
+    box.element_handle().wait_for_element_state("stable")
+    page.wait_for_function(DONE, arg=box.element_handle(), timeout=timeout_ms)
+    return box.evaluate(
+        """box => {
+          const blocks = box.querySelectorAll('.highlight');
+          return {
+            state: box.dataset.state,
+            printed: box.querySelector('.qc-run__output').textContent,
+            recorded: blocks[blocks.length - 1].querySelector('code').textContent,
+            loadMs: Number(box.dataset.loadMs), runMs: Number(box.dataset.runMs),
+          };
+        }"""
+    )
+
+
+def runtime_requests(requested: list[str]) -> list[str]:
+    return [url for url in requested if any(part in url for part in RUNTIME)]
+
+
+def test_every_block_with_run_prints_what_the_build_recorded(browser, built_site: Path,
+                                                             served_under_prefix: str) -> None:
+    pages = [p for p in site_pages(built_site)
+             if 'class="qc-run"' in (built_site / p.lstrip("/") / "index.html").read_text("utf-8")]
+    assert len(pages) >= 15, pages
+    ran, timings, differs = 0, [], []
+    for path in pages:
+        context, page, problems, requested = open_page(browser, served_under_prefix + path)
+        try:
+            count = page.locator(".qc-run").count()
+            assert count == (built_site / path.lstrip("/") / "index.html").read_text("utf-8").count('class="qc-run"')
+            assert runtime_requests(requested) == [], f"{path}: the runtime loaded before any Run"
+            for index in range(count):
+                result = run_block(page, index)
+                where = f"{path} block {index + 1} of {count}"
+                printed, recorded = normalized(str(result["printed"])), normalized(str(result["recorded"]))
+                if result["state"] != "done" or printed != recorded:
+                    differs.append(f"{where} ({result['state']}):\n{printed}\n--- recorded:\n{recorded}")
+                timings.append((path, index, result["loadMs"], result["runMs"]))
+                ran += 1
+            assert any("pyodide.asm.wasm" in url for url in requested), path
+            assert problems == [], f"{path}: {problems}"
+        finally:
+            context.close()
+    assert differs == [], "\n\n".join(differs)
+    first = [t for t in timings if t[2] > 0]
+    repeat = [t[3] for t in timings if t[2] == 0]
+    print(f"\nrun here: {ran} blocks on {len(pages)} pages printed what the build recorded")
+    print("  first Run of a page (runtime load + run), ms: "
+          f"median {sorted(t[2] + t[3] for t in first)[len(first) // 2]:.0f}, "
+          f"max {max(t[2] + t[3] for t in first):.0f}")
+    print(f"  later Runs, ms: median {sorted(repeat)[len(repeat) // 2]:.0f}, max {max(repeat):.0f}")
+    assert ran >= 50
+
+
+def test_an_edited_block_runs_its_edit_an_exception_shows_and_reset_restores(
+        browser, served_under_prefix: str) -> None:
+    context, page, problems, _ = open_page(browser, served_under_prefix + "/lease/")
+    try:
+        box = page.locator(".qc-run").first
+        code = box.locator(".qc-run__code")
+        original = code.text_content()
+        code.evaluate("(c, text) => { c.textContent = text }",
+                      "print('edited')\nraise ValueError('boom')\n")
+        result = run_block(page, 0)
+        assert result["state"] == "failed"
+        assert str(result["printed"]).startswith("edited\n")
+        assert "Traceback" in str(result["printed"]) and "ValueError: boom" in str(result["printed"])
+        box.locator("button", has_text="Reset").click()
+        assert code.text_content() == original
+        again = run_block(page, 0)
+        assert again["state"] == "done"
+        assert normalized(str(again["printed"])) == normalized(str(again["recorded"]))
+        assert problems == [], problems
+    finally:
+        context.close()
+
+
+def test_stop_ends_a_run_that_never_finishes_and_the_next_run_starts_afresh(
+        browser, served_under_prefix: str) -> None:
+    context, page, problems, _ = open_page(browser, served_under_prefix + "/lease/")
+    try:
+        box = page.locator(".qc-run").first
+        code = box.locator(".qc-run__code")
+        original = code.text_content()
+        code.evaluate("(c, text) => { c.textContent = text }", "print('looping')\nwhile True:\n    pass\n")
+        box.locator("button", has_text="Run").click()
+        page.wait_for_function("box => box.querySelector('.qc-run__output').textContent.includes('looping')",
+                               arg=box.element_handle(), timeout=120_000)
+        box.locator("button", has_text="Stop").click()
+        page.wait_for_function(DONE, arg=box.element_handle(), timeout=10_000)
+        assert box.evaluate("box => box.dataset.state") == "stopped"
+        code.evaluate("(c, text) => { c.textContent = text }", original)
+        again = run_block(page, 0)
+        assert again["state"] == "done" and again["loadMs"] > 0  # a new runtime
+        assert normalized(str(again["printed"])) == normalized(str(again["recorded"]))
+        assert problems == [], problems
+    finally:
+        context.close()
+
+
+PROBE = """
+import sys, sqlite3, tempfile
+from pathlib import Path
+from queue_core import ModelClock, NoThreads, Store
+print(sys.platform, f"{sys.version_info[0]}.{sys.version_info[1]}", sqlite3.sqlite_version)
+with tempfile.TemporaryDirectory() as folder:
+    store = Store(Path(folder) / "q.sqlite3", clock=ModelClock(1000))
+    store.enqueue('{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1}}')
+    lease = store.claim(lease_seconds=2)
+    try:
+        store.heartbeat(lease, every=1)
+    except NoThreads as error:
+        print(error.code)
+"""
+
+
+def test_the_run_here_page_says_what_the_browser_really_runs(browser, built_site: Path,
+                                                           served_under_prefix: str) -> None:
+    """Its versions are the browser's, and a heartbeat refuses with no_threads there."""
+    context, page, problems, _ = open_page(browser, served_under_prefix + "/lease/")
+    try:
+        code = page.locator(".qc-run").first.locator(".qc-run__code")
+        code.evaluate("(c, text) => { c.textContent = text }", PROBE)
+        result = run_block(page, 0)
+        assert result["state"] == "done", result["printed"]
+        platform, python, sqlite, refusal = str(result["printed"]).split()
+        assert (platform, refusal) == ("emscripten", "no_threads")
+        text = (built_site / "run-here" / "index.html").read_text("utf-8")
+        pinned = json.loads((ROOT / "site_runtime" / "package.json").read_text("utf-8"))["dependencies"]["pyodide"]
+        assert f"Pyodide</a> {pinned}" in text and f"CPython {python}" in text and f"SQLite {sqlite}" in text
+        assert problems == [], problems
+    finally:
+        context.close()
