@@ -13,6 +13,7 @@ one pair of builds, one server each and one browser per session:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -204,9 +205,9 @@ def diagrams_in(html: str) -> int:
 
 # ----------------------------------------------------------------- browser
 
-@pytest.fixture(scope="session")
-def served_site(built_site: Path) -> Iterator[str]:
-    server = _server(built_site)
+@contextlib.contextmanager
+def serving(server: http.server.ThreadingHTTPServer) -> Iterator[str]:
+    """Serve in a thread until the block ends; the server's base URL."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -214,6 +215,12 @@ def served_site(built_site: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="session")
+def served_site(built_site: Path) -> Iterator[str]:
+    with serving(_server(built_site)) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -15,13 +15,12 @@ import functools
 import http.server
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.site_build import ROOT, open_page, site_pages
+from tests.site_build import ROOT, open_page, serving, site_pages
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -52,14 +51,8 @@ class _SubPathHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def served_under_prefix(built_site: Path) -> Iterator[str]:
     handler = functools.partial(_SubPathHandler, directory=str(built_site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}{PREFIX[:-1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
+        yield url + PREFIX[:-1]
 
 
 def normalized(text: str) -> str:
@@ -86,6 +79,18 @@ def run_block(page, index: int, timeout_ms: int = 120_000) -> dict[str, object]:
           };
         }"""
     )
+
+
+def first_block(page):
+    """The first block with Run: its box, its editable code, and the page's code."""
+    box = page.locator(".qc-run").first
+    code = box.locator(".qc-run__code")
+    return box, code, code.text_content()
+
+
+def edit(code, text: str) -> None:
+    """Type ``text`` over the block's code, as a reader's edit ends up."""
+    code.evaluate("(c, text) => { c.textContent = text }", text)
 
 
 def runtime_requests(requested: list[str]) -> list[str]:
@@ -133,11 +138,8 @@ def test_an_edited_block_runs_its_edit_an_exception_shows_and_reset_restores(
         browser, served_under_prefix: str) -> None:
     context, page, problems, _ = open_page(browser, served_under_prefix + "/lease/")
     try:
-        box = page.locator(".qc-run").first
-        code = box.locator(".qc-run__code")
-        original = code.text_content()
-        code.evaluate("(c, text) => { c.textContent = text }",
-                      "print('edited')\nraise ValueError('boom')\n")
+        box, code, original = first_block(page)
+        edit(code, "print('edited')\nraise ValueError('boom')\n")
         result = run_block(page, 0)
         assert result["state"] == "failed"
         assert str(result["printed"]).startswith("edited\n")
@@ -156,17 +158,15 @@ def test_stop_ends_a_run_that_never_finishes_and_the_next_run_starts_afresh(
         browser, served_under_prefix: str) -> None:
     context, page, problems, _ = open_page(browser, served_under_prefix + "/lease/")
     try:
-        box = page.locator(".qc-run").first
-        code = box.locator(".qc-run__code")
-        original = code.text_content()
-        code.evaluate("(c, text) => { c.textContent = text }", "print('looping')\nwhile True:\n    pass\n")
+        box, code, original = first_block(page)
+        edit(code, "print('looping')\nwhile True:\n    pass\n")
         box.locator("button", has_text="Run").click()
         page.wait_for_function("box => box.querySelector('.qc-run__output').textContent.includes('looping')",
                                arg=box.element_handle(), timeout=120_000)
         box.locator("button", has_text="Stop").click()
         page.wait_for_function(DONE, arg=box.element_handle(), timeout=10_000)
         assert box.evaluate("box => box.dataset.state") == "stopped"
-        code.evaluate("(c, text) => { c.textContent = text }", original)
+        edit(code, original)
         again = run_block(page, 0)
         assert again["state"] == "done" and again["loadMs"] > 0  # a new runtime
         assert normalized(str(again["printed"])) == normalized(str(again["recorded"]))
@@ -196,8 +196,8 @@ def test_the_run_here_page_says_what_the_browser_really_runs(browser, built_site
     """Its versions are the browser's, and a heartbeat refuses with no_threads there."""
     context, page, problems, _ = open_page(browser, served_under_prefix + "/lease/")
     try:
-        code = page.locator(".qc-run").first.locator(".qc-run__code")
-        code.evaluate("(c, text) => { c.textContent = text }", PROBE)
+        _, code, _ = first_block(page)
+        edit(code, PROBE)
         result = run_block(page, 0)
         assert result["state"] == "done", result["printed"]
         platform, python, sqlite, refusal = str(result["printed"]).split()
