@@ -246,8 +246,16 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
                 out.append("")
                 out.append(
                     f"{indent}:material-laptop: Runs on your machine, not in the browser:"
-                    f" {why} ([why]({run_here})).{{ .qc-local }}"
+                    f" {why} ([why]({run_here}))."
                 )
+                out.append(f"{indent}{{: .qc-local }}")
+            elif info.lstrip("`~").startswith("console"):
+                out.append("")
+                out.append(
+                    f"{indent}:material-laptop: Runs on your machine, in a shell: the copy"
+                    f" button copies the commands ([why not here]({run_here}))."
+                )
+                out.append(f"{indent}{{: .qc-local }}")
             if pending is not None:
                 name = pending[1]
                 out.append("")
