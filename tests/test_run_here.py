@@ -205,6 +205,10 @@ def test_the_run_here_page_says_what_the_browser_really_runs(browser, built_site
         text = (built_site / "run-here" / "index.html").read_text("utf-8")
         pinned = json.loads((ROOT / "site_runtime" / "package.json").read_text("utf-8"))["dependencies"]["pyodide"]
         assert f"Pyodide</a> {pinned}" in text and f"CPython {python}" in text and f"SQLite {sqlite}" in text
+        runtime = built_site / "assets" / "pyodide"
+        total = sum(f.stat().st_size for f in runtime.iterdir())
+        wasm = (runtime / "pyodide.asm.wasm").stat().st_size
+        assert f"about {total / 1e6:.1f} MB" in text and f"{wasm / 1e6:.1f} MB of" in text, (total, wasm)
         assert problems == [], problems
     finally:
         context.close()
