@@ -83,18 +83,21 @@ def keyword(file: str, name: str) -> str:
     raise AssertionError(f"no keyword selects tests/{file}::{name} alone")
 
 
-def _wrapped(head: str, parts: list[str], joiner: str, tail: str = "") -> list[str]:
-    """``head`` and ``parts`` on lines of at most WIDTH, each continued with a backslash."""
-    lines = [head]
-    for part in parts:
-        piece = (joiner if lines[-1] != head or joiner.strip() == "" else joiner) + part
-        if len(lines[-1] + piece + " \\") > WIDTH and lines[-1].strip():
+def _keyword_command(file: str, keywords: list[str]) -> str:
+    """``pytest tests/FILE -k "a or b ..."``, on lines of at most WIDTH.
+
+    Lines break between keywords with a backslash, which bash removes even
+    inside the double quotes, leaving the expression whole.
+    """
+    lines = [f'{PYTEST} tests/{file} -k "{keywords[0]}']
+    for word in keywords[1:]:
+        if len(f"{lines[-1]} or {word} \\") > WIDTH:
             lines[-1] += " \\"
-            lines.append("    " + piece.lstrip())
+            lines.append(f"    or {word}")
         else:
-            lines[-1] += piece
-    lines[-1] += tail
-    return lines
+            lines[-1] += f" or {word}"
+    lines[-1] += '"'
+    return "\n".join(lines)
 
 
 def command(ids: list[str]) -> str:
@@ -107,9 +110,8 @@ def command(ids: list[str]) -> str:
     by_keyword: dict[str, list[str]] = {}
     for test in ids:
         file, _, name = test.partition("::")
-        shown = (
-            f"'tests/{test}'" if "[" in test else f"tests/{test}"
-        )  # brackets are patterns
+        # brackets are shell patterns: quote them
+        shown = f"'tests/{test}'" if "[" in test else f"tests/{test}"
         if not name or len(f"    {shown} \\") <= WIDTH:
             fitting.append(shown)
         else:
@@ -118,10 +120,7 @@ def command(ids: list[str]) -> str:
     if fitting:
         commands.append(" \\\n    ".join([PYTEST, *fitting]))
     for file, keywords in by_keyword.items():
-        head = f'{PYTEST} tests/{file} -k "'
-        lines = _wrapped(head, keywords, " or ", '"')
-        lines[0] = lines[0].replace('-k " or ', '-k "')
-        commands.append("\n".join(lines))
+        commands.append(_keyword_command(file, keywords))
     return "\n".join(commands)
 
 
