@@ -29,25 +29,27 @@ from .errors import (
     UnknownEvent,
     WrongPath,
 )
+from .heartbeat import Heartbeat
 from .ledger import DEFAULT_CATEGORIES, Effect, Handler, Report, Totals
 from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
 from .store import (
     DEFAULT_LEASE_SECONDS,
     MAX_ATTEMPTS,
+    Probe,
+    Store,
+    Tx,
+    backoff_seconds,
+)
+from .values import (
     Completion,
     EnqueueResult,
-    Heartbeat,
     Latency,
     Lease,
     Message,
     Metrics,
     Outcome,
-    Probe,
     Pruned,
     Snapshot,
-    Store,
-    Tx,
-    backoff_seconds,
 )
 from .worker import LongHandler, WorkSummary, work
 

@@ -45,11 +45,9 @@ from .store import (
     DEFAULT_LEASE_SECONDS,
     MAX_BATCH,
     MAX_LEASE_SECONDS,
-    STATES,
-    Message,
-    Metrics,
     Store,
 )
+from .values import STATES, Message, Metrics
 from .prometheus import exposition
 from .worker import WorkSummary, work
 

@@ -26,7 +26,8 @@ from typing import Any, Final
 
 from . import database
 from .errors import PermanentFailure, WrongPath
-from .store import Message, Snapshot, Store, Tx
+from .store import Store, Tx
+from .values import Message, Snapshot
 
 DEFAULT_CATEGORIES: Final = frozenset({"book", "pen", "bag"})
 MIN_AMOUNT_CENTS: Final = 1

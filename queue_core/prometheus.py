@@ -8,7 +8,7 @@ Prometheus' conventions: a ``queue_core_`` prefix, base units (seconds), and
 
 from __future__ import annotations
 
-from .store import STATES, Metrics
+from .values import STATES, Metrics
 
 
 def exposition(metrics: Metrics) -> str:

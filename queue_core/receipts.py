@@ -45,7 +45,8 @@ from . import database
 from .envelope import MAX_PAYLOAD_BYTES, canonical_json
 from .errors import InvalidReceipt, OperationConflict, PermanentFailure, ReceiptError
 from .engine_postgres import Connection as PostgresConnection
-from .store import Handler, Message, Store, Tx
+from .store import Handler, Store, Tx
+from .values import Message
 
 MAX_KEY_CHARS = 200  # tenant and operation: 1..200 characters each
 

@@ -25,14 +25,12 @@ from .store import (
     DEFAULT_LEASE_SECONDS,
     MAX_BATCH,
     Handler,
-    Lease,
-    Message,
-    Outcome,
     Store,
     Tx,
     _check_lease_seconds,
     refusal,
 )
+from .values import Lease, Message, Outcome
 
 R = TypeVar("R")
 

@@ -474,9 +474,9 @@ def test_the_store_module_imports_neither_ledger_nor_receipts() -> None:
     assert forbidden_in(imported) == set()
     assert "<dynamic import>" not in imported
     # What it does import from the package: the file, the writer turn, the PostgreSQL engine, the clock,
-    # the envelope, the errors.
+    # the envelope, the errors, its values and its heartbeat.
     own = {name.split(".")[1] for name in imported if name.startswith("queue_core.")}
-    assert own == {"database", "turn", "engine_postgres", "clock", "envelope", "errors"}
+    assert own == {"database", "turn", "engine_postgres", "clock", "envelope", "errors", "values", "heartbeat"}
 
 
 def test_the_stores_sql_names_only_the_messages_table() -> None:

@@ -11,7 +11,7 @@ GRAPH = import_graph()
 # What the protocol may lean on, and nothing else: no handler, no ledger, no
 # receipts, no proof machinery.
 # (engine_postgres: what differs on PostgreSQL; it imports psycopg only when a URL is opened.)
-STORE_MAY_IMPORT = {"clock", "database", "engine_postgres", "envelope", "errors", "turn"}
+STORE_MAY_IMPORT = {"clock", "database", "engine_postgres", "envelope", "errors", "heartbeat", "turn", "values"}
 
 
 def test_the_graph_is_read_from_the_real_package() -> None:
@@ -40,10 +40,13 @@ def test_the_store_knows_no_business() -> None:
     assert GRAPH["database"] <= {"errors"}
     assert GRAPH["turn"] <= {"errors"}  # the writer turn is about files and locks, nothing else
     assert GRAPH["engine_postgres"] <= {"errors"}  # the engine knows SQL and connections, no business
+    assert GRAPH["values"] == set()  # plain data: imports nothing of the package
+    assert GRAPH["heartbeat"] <= {"errors", "values"}  # beats through any store that extends
 
 
 def test_nothing_in_the_core_imports_the_proof_machinery() -> None:
-    core = {"store", "database", "turn", "envelope", "errors", "clock", "ledger", "receipts", "worker"}
+    core = {"store", "values", "heartbeat", "database", "turn", "envelope", "errors", "clock", "ledger",
+            "receipts", "worker"}
     for name in core:
         assert not any(t.startswith("testing") for t in GRAPH[name]), (name, GRAPH[name])
 

@@ -62,9 +62,9 @@ from ..store import (
     DEFAULT_LEASE_SECONDS,
     OPERATIONS,
     PROBE_POINTS,
-    Lease,
     Store,
 )
+from ..values import Lease
 from .faults import FaultPlan, Tracer
 
 CRASH_EXIT_CODE = 86

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from .. import engine_postgres, ledger
 from ..clock import ModelClock
 from ..receipts import ReceiptHandler
-from ..store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Message, Store
+from ..store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Store
+from ..values import Message
 from ..worker import work
 
 if TYPE_CHECKING:

@@ -38,7 +38,8 @@ from typing import Any
 from .. import ledger
 from ..clock import ModelClock
 from ..receipts import ReceiptHandler
-from ..store import LEASE_EXPIRED, PROBE_POINTS, Lease, Store
+from ..store import LEASE_EXPIRED, PROBE_POINTS, Store
+from ..values import Lease
 from ..worker import work
 from .child import CRASH_EXIT_CODE, HOWS, child_command
 from .invariants import (

@@ -1,0 +1,164 @@
+"""The values the queue hands out and reports: frozen, and plain data.
+
+A ``Lease`` is a claim's right to one message; a ``Completion`` is what
+``complete`` or ``fail`` did; ``Message`` is one stored row; ``Snapshot``,
+``Metrics``, ``Latency`` and ``Pruned`` are what the reads report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any, Final
+
+STATES: Final = ("ready", "leased", "done", "dead")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A temporary, fenced right to process one message.
+
+    ``generation`` is the fencing token: every claim raises it, and every
+    completion must present the current one.
+    """
+
+    event_id: str
+    generation: int
+    attempt: int
+    lease_until: int
+
+
+class Outcome(str, Enum):
+    """Where a completion left the message."""
+
+    DONE = "done"
+    RETRY = "retry"
+    DEAD = "dead"
+    LEASE_LOST = "lease_lost"  # only in complete_many: fencing refused this one message
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What ``complete`` or ``fail`` did to one message."""
+
+    event_id: str
+    outcome: Outcome
+    error: str | None = None
+    available_at: int | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """How many events of a batch were new, and how many were already stored."""
+
+    accepted: int
+    duplicates: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"accepted": self.accepted, "duplicates": self.duplicates}
+
+
+@dataclass(frozen=True)
+class Message:
+    """One row of ``messages`` exactly as stored (no expiry applied)."""
+
+    event_id: str
+    payload: str
+    state: str
+    attempts: int
+    generation: int
+    available_at: int
+    lease_until: int | None
+    last_error: str | None
+    last_detail: str | None = None
+    enqueued_at: int | None = None  # None: stored before schema version 3
+    # when it was ACKed (None: not done, or before version 3)
+    done_at: int | None = None
+    expired_leases: int = 0  # leases of it that ran out and a later claim took over
+    # prune removed the payload ({} now); its hash still deduplicates
+    pruned: bool = False
+
+    @property
+    def payload_object(self) -> dict[str, Any]:
+        """The stored canonical payload, parsed (``{}`` once pruned)."""
+        value: dict[str, Any] = json.loads(self.payload)
+        return value
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Counts of messages by stored state: the queue's part of ``status``."""
+
+    messages: Mapping[str, int]
+
+    def count(self, state: str) -> int:
+        """How many messages are stored in ``state``."""
+        return self.messages.get(state, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"messages": {state: self.count(state) for state in STATES}}
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Seconds from enqueue to done of the done messages that have both times.
+
+    The percentiles are nearest-rank.
+    """
+
+    count: int
+    p50: int | None
+    p95: int | None
+    max: int | None
+    sum: int = 0  # of all their seconds (Prometheus' summary needs it)
+
+    def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What an operator watches, read in one snapshot.
+
+    ``Store.metrics`` returns it; ``queue-core status`` and ``metrics`` print it.
+
+    Times are whole seconds of the store's clock at ``now``. A message stored
+    before schema version 3 has no enqueue or done time: it is counted by
+    state but left out of the ages and the latency, never guessed.
+    """
+
+    now: int
+    messages: Mapping[str, int]  # counts by state
+    # seconds since the oldest ready message was enqueued (None: no ready message)
+    oldest_ready_age: int | None
+    dead_attempts: Mapping[int, int]  # dead messages by the attempts they spent
+    enqueue_to_done: Latency
+    # leases that ran out and a later claim took over (or ended in dead)
+    expired_leases: int
+    pruned: int  # done messages whose payload prune removed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now,
+            "messages": dict(self.messages),
+            "oldest_ready_age": self.oldest_ready_age,
+            "dead_attempts": {str(k): v for k, v in self.dead_attempts.items()},
+            "enqueue_to_done": self.enqueue_to_done.to_dict(),
+            "expired_leases": self.expired_leases,
+            "pruned": self.pruned,
+        }
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What ``prune`` did."""
+
+    pruned: int  # payloads removed now
+    # done messages from before schema version 3: no done time, so never pruned by age
+    unknown_age: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
