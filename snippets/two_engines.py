@@ -21,6 +21,7 @@ in it at the end; the rest of the database is never touched.
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -33,10 +34,12 @@ BATCH = (
     '{"event_id": "E0003", "payload": {"category": "bag", "amount_cents": 4500}}\n'
 )
 
-# The command line only when run as a program (on the site, it runs inside the build).
-target = (
-    sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else "queue.sqlite3"
-)
+# The command line only when run as a program. Inside the site's build (or a
+# test) it runs in a temporary folder: builds may run it at the same time.
+if __name__ == "__main__":
+    target = sys.argv[1] if len(sys.argv) > 1 else "queue.sqlite3"
+else:
+    target = str(Path(tempfile.mkdtemp()) / "queue.sqlite3")
 
 if target.startswith(("postgresql://", "postgres://")):
     import psycopg  # installed by queue_core[postgres]
@@ -66,6 +69,8 @@ else:
     def clean_up() -> None:
         for suffix in ("", "-wal", "-shm", "-lock"):
             Path(target + suffix).unlink(missing_ok=True)
+        if __name__ != "__main__":
+            Path(target).parent.rmdir()  # the temporary folder, empty now
 
 
 # --8<-- [start:shown]
