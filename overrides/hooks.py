@@ -26,13 +26,14 @@ import html
 import io
 import re
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
-from docs_support.run_here import SECTION_MARK, needs_a_machine, shown_and_run
+from docs_support.run_here import SECTION_MARK, needs_a_machine, program, shown_and_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "snippets"
@@ -54,15 +55,15 @@ def examples() -> list[Path]:
 
 def published(path: Path) -> bytes:
     """A program as the reader gets it: its section marks left out, as the page shows it."""
-    lines = path.read_bytes().decode("utf-8").split("\n")
-    return "\n".join(l for l in lines if not SECTION_MARK.match(l)).encode("utf-8")
+    return program(path).encode("utf-8")
 
 
 def shown_lines(path: Path) -> tuple[int, int, int] | None:
     """(first, last, total): the lines of the ``shown`` section, numbered as published."""
+    text = path.read_text("utf-8")
     first = last = None
     number = 0
-    for line in path.read_text("utf-8").split("\n"):
+    for line in text.split("\n"):
         mark = SECTION_MARK.match(line)
         if mark is None:
             number += 1
@@ -72,21 +73,23 @@ def shown_lines(path: Path) -> tuple[int, int, int] | None:
             last = number
     if first is None or last is None or last < first:
         return None
-    return first, last, number - (path.read_text("utf-8").endswith("\n"))
+    return first, last, number - text.endswith("\n")
+
+
+def zipped(entries: Iterable[tuple[str, bytes]]) -> bytes:
+    """A zip of ``(name, content)``, each with a fixed date: the same bytes on every build."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, content in entries:
+            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, content)
+    return buffer.getvalue()
 
 
 def archive() -> bytes:
     """Every example in one zip, under a folder of its own."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in examples():
-            info = zipfile.ZipInfo(
-                f"queue_core-examples/{path.name}", date_time=(2026, 1, 1, 0, 0, 0)
-            )
-            info.compress_type = zipfile.ZIP_DEFLATED
-            # a fixed date: the same archive on every build
-            zf.writestr(info, published(path))
-    return buffer.getvalue()
+    return zipped((f"queue_core-examples/{p.name}", published(p)) for p in examples())
 
 
 def on_config(config: Any) -> Any:
@@ -110,16 +113,11 @@ PACKAGE = ROOT / "queue_core"
 
 def queue_core_zip() -> bytes:
     """The package as the browser imports it: the package files of this build."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(PACKAGE.rglob("*")):
-            relative = path.relative_to(PACKAGE.parent)
-            if path.suffix not in (".py", ".sql") or "__pycache__" in relative.parts:
-                continue
-            info = zipfile.ZipInfo(relative.as_posix(), date_time=(2026, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, path.read_bytes())
-    return buffer.getvalue()
+    return zipped(
+        (path.relative_to(PACKAGE.parent).as_posix(), path.read_bytes())
+        for path in sorted(PACKAGE.rglob("*"))
+        if path.suffix in (".py", ".sql") and "__pycache__" not in path.parts
+    )
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -226,7 +224,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             indent, info = fence[0], out[opened_at].strip()
             runs = shown_and_run(info.lstrip("`~"))
             if pending is not None:
-                source = published(SNIPPETS / pending[1]).decode("utf-8")
+                source = program(SNIPPETS / pending[1])
             else:
                 source = "\n".join(out[opened_at + 1 : -1])
             why = needs_a_machine(source) if runs else None
