@@ -12,7 +12,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from queue_core import database
+from queue_core.engines import sqlite
 
 # queue_core/schema.sql of version 1, verbatim.
 V1_SCHEMA = """\
@@ -215,7 +215,7 @@ def make_v2(path: Path) -> Path:
     make_v1(path)
     with closing(v1_connect(path)) as conn:
         conn.execute("BEGIN IMMEDIATE")
-        for statement in database._migration_statements(2):
+        for statement in sqlite.sql_statements(sqlite.MIGRATIONS[2]):
             conn.execute(statement)
         conn.execute(
             "UPDATE messages SET last_detail = 'retry after 1 s' WHERE event_id = 'E0002'"

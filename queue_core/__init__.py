@@ -35,11 +35,10 @@ from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
 from .store import (
     DEFAULT_LEASE_SECONDS,
     MAX_ATTEMPTS,
-    Probe,
     Store,
-    Tx,
     backoff_seconds,
 )
+from .transactions import Probe, Tx
 from .values import (
     Completion,
     EnqueueResult,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from . import __version__, engine_postgres, ledger
+from . import __version__, ledger
 from .clock import MAX_SECONDS, Clock, ModelClock
 from .demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
@@ -391,8 +391,8 @@ def _refuse_global_options(args: argparse.Namespace) -> None:
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
-    given_db = getattr(args, "db", DEFAULT_DB)
-    db: str | Path = given_db if engine_postgres.is_url(given_db) else Path(given_db)
+    # an SQLite file, or a postgresql:// URL: Store chooses the engine
+    db: str = getattr(args, "db", DEFAULT_DB)
     now = getattr(args, "now", None)
     # Without --now the store takes the system clock (on PostgreSQL: the
     # server's, one clock for every host).

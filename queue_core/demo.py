@@ -17,7 +17,8 @@ from . import ledger
 from .clock import ModelClock
 from .errors import TemporaryFailure
 from .ledger import Handler, Report
-from .store import Store, Tx
+from .store import Store
+from .transactions import Tx
 from .values import Completion, Lease, Message
 from .testing.child import CRASH_EXIT_CODE, run_crashing_completion
 from .worker import work

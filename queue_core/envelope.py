@@ -29,6 +29,7 @@ code                   meaning
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -83,6 +84,11 @@ def canonical_json(value: Any) -> str:
         return _ENCODER.encode(value)
     except ValueError as exc:  # NaN/inf given by a Python caller
         raise _Reject("non_finite_number", str(exc)) from None
+
+
+def payload_digest(canonical: str) -> str:
+    """The SHA-256 (hex) of a canonical payload: what prune keeps, for deduplication."""
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def parse_batch(data: bytes) -> Batch:

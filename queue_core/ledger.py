@@ -24,9 +24,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from . import database
+from .engines import script
 from .errors import PermanentFailure, WrongPath
-from .store import Store, Tx
+from .store import Store
+from .transactions import Tx
 from .values import Message, Snapshot
 
 DEFAULT_CATEGORIES: Final = frozenset({"book", "pen", "bag"})
@@ -34,7 +35,7 @@ MIN_AMOUNT_CENTS: Final = 1
 MAX_AMOUNT_CENTS: Final = 9_999_999
 INVALID_PAYLOAD: Final = "invalid_payload"
 SCHEMA_FILE: Final = "ledger.sql"
-# by Tx.engine
+# the ledger's table, by the name of the engine it is created on
 SCHEMA_FILES: Final = {"sqlite": SCHEMA_FILE, "postgresql": "ledger_postgres.sql"}
 
 
@@ -159,7 +160,7 @@ def install(store: Store) -> None:
             # Only a forged header gets this far: write nothing into a file that is
             # not a queue.
             raise WrongPath(
-                f"{store.path} has no messages table: not a queue database",
+                f"{store.where} has no messages table: not a queue database",
                 code="not_a_queue_database",
             )
         install_tx(tx)
@@ -169,8 +170,7 @@ def install(store: Store) -> None:
 
 def install_tx(tx: Tx) -> None:
     """``install`` inside the caller's transaction."""
-    for statement in database.sql_statements(SCHEMA_FILES[tx.engine]):
-        tx.execute(statement)
+    tx.engine.run_script(tx.conn, script("queue_core", SCHEMA_FILES[tx.engine.name]))
 
 
 def totals(store: Store) -> Totals:
@@ -230,7 +230,7 @@ def _installed(view: Tx) -> bool:
 
 
 def _table_exists(view: Tx, name: str) -> bool:
-    return database.table_exists(view, name)
+    return view.engine.table_exists(view.conn, name)
 
 
 def _json_kind(value: Any) -> str:

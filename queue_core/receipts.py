@@ -19,9 +19,9 @@ it is written in the **same transaction** as that effect.
 
 Every function takes the caller's open transaction: a store ``Tx`` (on
 SQLite or PostgreSQL), or a plain ``sqlite3.Connection`` inside ``BEGIN``. In
-a queue database the table is part of the versioned schema (``receipts.sql``,
-and ``schema_postgres.sql`` on PostgreSQL); another SQLite database creates it
-once with ``create_table``. All SQL about receipts lives in this module.
+a queue database the table is part of the versioned schema (migration 2 of
+each engine); another SQLite database creates it once with ``create_table``.
+Its statements are named in ``statements.py`` (``receipt_*``).
 
 On PostgreSQL two transactions can run ``record`` for the same key at once
 (there is no database write lock), so ``record`` first takes a transaction
@@ -39,37 +39,26 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Union
 
-from . import database
+from .clock import SystemClock
+from .engines import sqlite as sqlite_engine
 from .envelope import MAX_PAYLOAD_BYTES, canonical_json
 from .errors import InvalidReceipt, OperationConflict, PermanentFailure, ReceiptError
-from .engine_postgres import Connection as PostgresConnection
-from .store import Handler, Store, Tx
+from .store import Handler, Store
+from .transactions import Tx
 from .values import Message
 
 MAX_KEY_CHARS = 200  # tenant and operation: 1..200 characters each
-
-SCHEMA_FILE: Final = "receipts.sql"  # the table; part of a queue database's schema
-# PostgreSQL only: one key's writers take turns until their transactions end
-# (two-int advisory keys: a space apart from the store's one-bigint locks).
-SQL_LOCK_KEY_POSTGRES = "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))"
-# Reads the receipt of one operation of one tenant.
-SQL_LOOKUP = (
-    "SELECT tenant, operation, payload, effect FROM receipts "
-    "WHERE tenant = ? AND operation = ?"
-)
-# Writes a new receipt; the primary key refuses a second one for the same key.
-SQL_INSERT = (
-    "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (?, ?, ?, ?)"
-)
-# Lists every receipt, by tenant and operation.
-SQL_ALL = (
-    "SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation"
+# The table as the SQLite queue's migration 2 creates it (IF NOT EXISTS).
+CREATE_TABLE: Final = next(
+    statement
+    for statement in sqlite_engine.sql_statements(sqlite_engine.MIGRATIONS[2])
+    if "CREATE TABLE IF NOT EXISTS receipts" in statement
 )
 
 Transaction = Union[Tx, sqlite3.Connection]
-_Connection = Union[sqlite3.Connection, PostgresConnection]
 ReceiptKey = Callable[[Mapping[str, Any]], "tuple[Any, Any]"]
 EffectCheck = Callable[[Tx, str], bool]
 # a receipt whose effect is gone
@@ -107,14 +96,13 @@ def create_table(tx: Transaction) -> None:
 
     A queue's database has it already.
     """
-    conn = _open_transaction(tx)
-    if isinstance(conn, PostgresConnection):
+    if not isinstance(tx, sqlite3.Connection):
         raise ValueError(
-            "create_table is for an SQLite database; on PostgreSQL, Store(url) "
-            "creates the receipts table with the queue's schema"
+            "create_table is for an SQLite database that is not a queue's; "
+            "Store() creates the receipts table with the queue's schema"
         )
-    for statement in database.sql_statements(SCHEMA_FILE):
-        conn.execute(statement)
+    view = _open_transaction(tx)
+    view.conn.execute(CREATE_TABLE)
 
 
 def record(
@@ -132,12 +120,13 @@ def record(
     ``reused=True``; another payload raises ``OperationConflict``. Nothing is
     committed here: the caller's COMMIT (or ROLLBACK) decides for both.
     """
-    conn = _open_transaction(tx)
+    view = _open_transaction(tx)
     _check_key(tenant, operation)
     canonical = _canonical(payload)
-    if isinstance(conn, PostgresConnection):
-        conn.execute(SQL_LOCK_KEY_POSTGRES, (tenant, operation))
-    prior = _lookup(conn, tenant, operation)
+    if view.sql.receipt_turn is not None:
+        # no database write lock: one key's writers take turns
+        view.conn.execute(view.sql.receipt_turn, (tenant, operation))
+    prior = _lookup(view, tenant, operation)
     if prior is not None:
         if prior.payload != canonical:
             raise OperationConflict(
@@ -151,7 +140,7 @@ def record(
             "write_effect must return the effect's reference as a non-empty str, "
             f"got {effect!r}"
         )
-    conn.execute(SQL_INSERT, (tenant, operation, canonical, effect))
+    view.conn.execute(view.sql.receipt_insert, (tenant, operation, canonical, effect))
     return Recorded(Receipt(tenant, operation, canonical, effect), reused=False)
 
 
@@ -160,18 +149,18 @@ def record(
 
 def lookup(conn: Transaction, tenant: str, operation: str) -> Receipt | None:
     """The receipt of ``(tenant, operation)``, or None (also if no table exists yet)."""
-    connection = _connection(conn)
-    if not _table_exists(connection):
+    view = _view(conn)
+    if not _table_exists(view):
         return None
-    return _lookup(connection, tenant, operation)
+    return _lookup(view, tenant, operation)
 
 
 def all_receipts(conn: Transaction) -> list[Receipt]:
     """Every stored receipt, by tenant and operation (empty if no table exists yet)."""
-    connection = _connection(conn)
-    if not _table_exists(connection):
+    view = _view(conn)
+    if not _table_exists(view):
         return []
-    return [Receipt(*row) for row in connection.execute(SQL_ALL)]
+    return [Receipt(*row) for row in view.conn.execute(view.sql.receipt_all)]
 
 
 def stored(store: Store) -> list[Receipt]:
@@ -238,35 +227,39 @@ class ReceiptHandler:
 # -------------------------------------------------------------- helpers
 
 
-def _lookup(conn: _Connection, tenant: str, operation: str) -> Receipt | None:
-    row = conn.execute(SQL_LOOKUP, (tenant, operation)).fetchone()
+def _lookup(view: Tx, tenant: str, operation: str) -> Receipt | None:
+    row = view.conn.execute(view.sql.receipt_lookup, (tenant, operation)).fetchone()
     return None if row is None else Receipt(*row)
 
 
-def _table_exists(conn: _Connection) -> bool:
-    return database.table_exists(conn, "receipts")  # readers must not create it
+def _table_exists(view: Tx) -> bool:
+    return view.engine.table_exists(view.conn, "receipts")  # readers must not create it
 
 
-def _connection(tx: Transaction) -> _Connection:
-    conn = getattr(tx, "conn", tx)
-    if not isinstance(conn, (sqlite3.Connection, PostgresConnection)):
-        raise TypeError(
-            "expected a store transaction (Tx) or an sqlite3.Connection, "
-            f"got {type(tx).__name__}"
-        )
-    return conn
+def _view(tx: Transaction) -> Tx:
+    """The caller's transaction as a ``Tx``: a plain sqlite3 connection gets one."""
+    if isinstance(tx, Tx):
+        return tx
+    if isinstance(tx, sqlite3.Connection):
+        # your own SQLite database: its file is only named in error messages
+        engine = sqlite_engine.SQLiteEngine(Path("your database"), busy_timeout_ms=0)
+        return Tx(tx, engine, SystemClock())
+    raise TypeError(
+        "expected a store transaction (Tx) or an sqlite3.Connection, "
+        f"got {type(tx).__name__}"
+    )
 
 
-def _open_transaction(tx: Transaction) -> _Connection:
-    conn = _connection(tx)
-    if not conn.in_transaction:
+def _open_transaction(tx: Transaction) -> Tx:
+    view = _view(tx)
+    if not view.conn.in_transaction:
         # Outside a transaction each statement would commit alone, and a
         # receipt could outlive a failed effect (or the reverse).
         raise ValueError(
             "receipts are written inside the caller's transaction: "
             "BEGIN (IMMEDIATE) first, or use store.transaction()"
         )
-    return conn
+    return view
 
 
 def _check_key(tenant: Any, operation: Any) -> None:

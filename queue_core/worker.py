@@ -21,15 +21,15 @@ from dataclasses import asdict, dataclass
 from typing import Any, Generic, TypeVar
 
 from .errors import LeaseLost
-from .store import (
+from .rules import (
     DEFAULT_LEASE_SECONDS,
     MAX_BATCH,
     Handler,
-    Store,
-    Tx,
-    _check_lease_seconds,
+    check_lease_seconds,
     refusal,
 )
+from .store import Store
+from .transactions import Tx
 from .values import Lease, Message, Outcome
 
 R = TypeVar("R")
@@ -133,7 +133,7 @@ def work(
                 "a LongHandler takes one message at a time: "
                 f"batch must be 1, got {batch!r}"
             )
-        _check_lease_seconds(lease_seconds)
+        check_lease_seconds(lease_seconds)
         every = lease_seconds / 4 if heartbeat_every is None else heartbeat_every
         if (
             isinstance(every, bool)

@@ -56,7 +56,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from queue_core import Handler, ModelClock, Store, database, ledger, work
+from queue_core import Handler, ModelClock, Store, ledger, work
+from queue_core.engines import sqlite as sqlite_engine
 from queue_core.envelope import MAX_LINES, parse_batch
 
 NOW = 1000
@@ -162,7 +163,7 @@ def measure_bare(folder: Path, messages: int) -> float:
     effect's INSERT, the fenced ACK), on the same kind of file.
     """
     path = fresh_queue(folder, "bare", messages)
-    conn = database.connect(path, busy_timeout_ms=5000)
+    conn = sqlite_engine.connect(path, busy_timeout_ms=5000)
     try:
         with timed() as seconds:
             while True:
@@ -195,7 +196,7 @@ def measure_bare(folder: Path, messages: int) -> float:
                 conn.execute("RELEASE message")
                 conn.execute("COMMIT")
     finally:
-        database.close(conn, quiet=True)
+        sqlite_engine.close(conn, quiet=True)
     verify_queue(path, messages)
     return messages / seconds[0]
 
@@ -243,7 +244,7 @@ def measure_work(folder: Path, messages: int, batch: int) -> tuple[float, float]
 
 WORKER_PROGRAM = """
 import json, sys
-from queue_core import Handler, ModelClock, Store, database, ledger, work
+from queue_core import Handler, ModelClock, Store, ledger, work
 with Store(sys.argv[1], clock=ModelClock(int(sys.argv[2])), create=False) as store:
     ledger.install(store)
     print("ready", flush=True)

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from queue_core import Handler, ModelClock, Store, ledger
-from queue_core.store import Metrics
+from queue_core.values import Metrics
 
 EVENTS = (
     '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'

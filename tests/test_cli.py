@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from queue_core import EnqueueResult, Handler, ModelClock, Store, engine_postgres, ledger, work
+from queue_core import EnqueueResult, Handler, ModelClock, Store, ledger, work
+from queue_core.engines import is_postgres_url
 
 from .postgres_server import PORT, SERVER_USER, Cluster
 from .support import DEMO_LINES
@@ -111,7 +112,7 @@ def target(request: pytest.FixtureRequest, engine: str) -> str:
 
 
 def is_url(target: str | Path) -> bool:
-    return engine_postgres.is_url(target)
+    return is_postgres_url(target)
 
 
 def open_store(cwd: Path, target: str, **options: Any) -> Store:

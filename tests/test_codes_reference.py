@@ -10,7 +10,7 @@ finds them:
   ``_refuse``, as a string or a module constant;
 * every module-level ``NAME: Final = "snake_case"`` constant (the codes the
   store and the applications write into ``last_error``);
-* the code tables: ``database.ERROR_CODES`` and the table of ``envelope``'s
+* the code tables: ``sqlite_engine.ERROR_CODES`` and the table of ``envelope``'s
   docstring.
 
 The page is rendered the way markdown-exec renders it (each executed block
@@ -28,7 +28,8 @@ import re
 from pathlib import Path
 
 import queue_core
-from queue_core import database, envelope
+from queue_core import envelope
+from queue_core.engines import sqlite as sqlite_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference" / "codes.md"
@@ -85,8 +86,8 @@ def codes_in_source() -> dict[str, set[str]]:
                               item.target if isinstance(item, ast.AnnAssign) else None)
                     if isinstance(target, ast.Name) and target.id == "code" and item.value is not None:
                         add(value(item.value), f"{name}:{item.lineno} class {node.name}")
-    for sqlite_name, code, _ in database.ERROR_CODES:
-        add(code, f"database.ERROR_CODES {sqlite_name}")
+    for sqlite_name, code, _ in sqlite_engine.ERROR_CODES:
+        add(code, f"sqlite_engine.ERROR_CODES {sqlite_name}")
     for code in re.findall(r"^``([a-z0-9_]+)``", envelope.__doc__ or "", re.M):
         add(code, "envelope's table")
     return found

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from queue_core import Message, ModelClock, Outcome, StorageError, Store, Tx, database, parse_batch, turn, work
+from queue_core import Message, ModelClock, Outcome, StorageError, Store, Tx, parse_batch, turn, work
+from queue_core.engines import sqlite as sqlite_engine
 
 from .support import batch, line
 
@@ -47,16 +48,16 @@ def no_hang() -> Iterator[None]:
 
 @pytest.fixture
 def connects(monkeypatch: pytest.MonkeyPatch) -> list[sqlite3.Connection]:
-    """Every connection the store makes, in order (``database.connect`` is the one place it makes them)."""
+    """Every connection the store makes, in order (``sqlite_engine.connect`` is the one place it makes them)."""
     made: list[sqlite3.Connection] = []
-    real_connect = database.connect
+    real_connect = sqlite_engine.connect
 
     def counting(path: Path, **options: Any) -> sqlite3.Connection:
         conn = real_connect(path, **options)
         made.append(conn)
         return conn
 
-    monkeypatch.setattr(database, "connect", counting)
+    monkeypatch.setattr(sqlite_engine, "connect", counting)
     return made
 
 
@@ -338,7 +339,7 @@ def test_a_disk_error_discards_the_connection_and_the_store_works_again(
     new_queue(db, clock, count=1).close()  # everything in the main file: its size is the database's
     cap = {"pages": len(db.read_bytes()) // 4096}
     made: list[sqlite3.Connection] = []
-    real_connect = database.connect
+    real_connect = sqlite_engine.connect
 
     def capped(path: Path, **options: Any) -> sqlite3.Connection:
         # PRAGMA max_page_count is a property of one connection: while the cap is
@@ -349,7 +350,7 @@ def test_a_disk_error_discards_the_connection_and_the_store_works_again(
         made.append(conn)
         return conn
 
-    monkeypatch.setattr(database, "connect", capped)
+    monkeypatch.setattr(sqlite_engine, "connect", capped)
     big = batch(*(line(f"E{n:04d}", pad="p" * 2000) for n in range(100, 140)))
     with Store(db, clock=clock, create=False) as store:
         assert store.claim() is not None  # no new page needed: works on the capped connection
@@ -544,12 +545,12 @@ def test_writes_work_where_the_lock_file_cannot_be_created(db: Path, clock: Mode
 
 
 def test_an_sqlite_older_than_3_37_is_refused_with_its_versions() -> None:
-    from queue_core import database
+
     from queue_core.errors import StorageError
-    database.check_sqlite_version()  # the SQLite of this Python is new enough
-    database.check_sqlite_version((3, 37, 0))
+    sqlite_engine.check_sqlite_version()  # the SQLite of this Python is new enough
+    sqlite_engine.check_sqlite_version((3, 37, 0))
     with pytest.raises(StorageError) as refused:
-        database.check_sqlite_version((3, 36, 9))
+        sqlite_engine.check_sqlite_version((3, 36, 9))
     assert refused.value.code == "sqlite_too_old"
     assert "SQLite 3.37.0 or newer" in str(refused.value) and "SQLite 3.36.9" in str(refused.value)
 

@@ -36,7 +36,8 @@ import pytest
 
 import queue_core
 from queue_core import Handler, ModelClock, Store, cli, ledger
-from queue_core.store import BATCH_OPERATIONS, OPERATIONS, PROBE_POINTS, Lease
+from queue_core.store import BATCH_OPERATIONS, OPERATIONS, PROBE_POINTS
+from queue_core.values import Lease
 from queue_core.testing import records
 from queue_core.testing.chaos import QUEUE_CORE
 from queue_core.testing.child import (

@@ -79,13 +79,13 @@ def only_payload(data: bytes) -> str:
 def row_count(store: queue_core.Store) -> int:
     """The rows of the messages table, counted with the engine's own driver (not through queue_core)."""
     query = "SELECT count(*) FROM messages"
-    if store.url is not None:
+    if isinstance(store.target, str):  # a postgresql:// URL
         import psycopg
 
-        with psycopg.connect(store.url) as pg:
+        with psycopg.connect(store.target) as pg:
             row = pg.execute(query).fetchone()
     else:
-        conn = sqlite3.connect(store.path)
+        conn = sqlite3.connect(store.target)
         try:
             row = conn.execute(query).fetchone()
         finally:

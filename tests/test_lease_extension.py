@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from queue_core import Handler, LeaseLost, ModelClock, Outcome, Store
-from queue_core.store import Lease
+from queue_core.values import Lease
 
 from . import support
 from .support import DEMO_LINES, money

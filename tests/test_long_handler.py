@@ -38,7 +38,7 @@ from queue_core import (
     work,
 )
 
-from queue_core.store import Lease
+from queue_core.values import Lease
 from queue_core.testing.faults import FaultPlan
 
 from .support import DEMO_LINES, line, money, until
@@ -239,7 +239,7 @@ CHILD = textwrap.dedent("""
 
 def real_clock_store(store: Store) -> Store:
     """The fixture's queue again, on the system clock (the server's on PostgreSQL): one clock for all processes."""
-    return Store(store.url or store.path)
+    return Store(store.target)
 
 
 def claim_once_it_ends(queue: Store, timeout: float = 10) -> Lease:
@@ -298,7 +298,7 @@ def test_by_default_two_failed_beats_in_a_row_still_leave_the_third_in_time(
 def test_a_long_step_outlives_its_first_lease_in_another_process(store: Store, tmp_path: Path) -> None:
     store.enqueue(line("E0001"))
     with real_clock_store(store) as queue:
-        child, _, go = start_child(str(store.url or store.path), tmp_path)
+        child, _, go = start_child(str(store.target), tmp_path)
         try:
             first_deadline = queue.message("E0001").lease_until
             assert first_deadline is not None
@@ -320,7 +320,7 @@ def test_a_killed_worker_s_heartbeat_dies_with_it_and_the_message_is_taken_over(
 ) -> None:
     store.enqueue(line("E0001"))
     with real_clock_store(store) as queue:
-        child, _, _ = start_child(str(store.url or store.path), tmp_path)
+        child, _, _ = start_child(str(store.target), tmp_path)
         first_deadline = queue.message("E0001").lease_until
         assert first_deadline is not None
         until(lambda: (queue.message("E0001").lease_until or 0) > first_deadline)  # it has beaten
@@ -336,7 +336,7 @@ def test_a_killed_worker_s_heartbeat_dies_with_it_and_the_message_is_taken_over(
 def test_a_stopped_worker_loses_its_lease_and_its_result_is_not_written(store: Store, tmp_path: Path) -> None:
     store.enqueue(line("E0001"))
     with real_clock_store(store) as queue:
-        child, _, go = start_child(str(store.url or store.path), tmp_path)
+        child, _, go = start_child(str(store.target), tmp_path)
         try:
             os.kill(child.pid, signal.SIGSTOP)  # its heartbeat's thread stops with it
             taken = claim_once_it_ends(queue)

@@ -25,10 +25,10 @@ from queue_core import (
     StorageError,
     Store,
     WrongPath,
-    database,
     ledger,
     receipts,
 )
+from queue_core.engines import sqlite as sqlite_engine
 
 from .support import line
 
@@ -76,7 +76,7 @@ def v1(tmp_path: Path) -> Path:
 
 def test_the_hand_built_file_is_a_version_1_queue(v1: Path) -> None:
     assert header_version(v1) == 1
-    assert select(v1, "PRAGMA application_id") == [(database.APPLICATION_ID,)]
+    assert select(v1, "PRAGMA application_id") == [(sqlite_engine.APPLICATION_ID,)]
     assert select(v1, "PRAGMA journal_mode") == [("wal",)]
     assert "last_detail" not in columns(v1, "messages")
     assert {state for (_, _, state, *_) in V1_MESSAGES} == {"ready", "leased", "done", "dead"}
@@ -91,10 +91,10 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     with Store(v1, clock=ModelClock(1000)):
         # The migration is checkpointed at once: the new version is in the file itself
         # while the store is still open, not only in its WAL.
-        assert header_version(v1) == database.SCHEMA_VERSION == 3
-    assert header_version(v1) == database.SCHEMA_VERSION == 3
+        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 3
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 3
     assert select(v1, "PRAGMA user_version") == [(3,)]
-    assert select(v1, "PRAGMA application_id") == [(database.APPLICATION_ID,)]
+    assert select(v1, "PRAGMA application_id") == [(sqlite_engine.APPLICATION_ID,)]
     assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS]
     # Every row keeps its meaning: the same values, and no detail was invented.
     assert select(v1, f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id") == V1_MESSAGES
@@ -233,8 +233,9 @@ def test_a_version_3_rule_holds_in_a_migrated_table(tmp_path: Path) -> None:
 def test_a_migration_that_fails_part_way_leaves_the_file_byte_identical(v1: Path) -> None:
     # A conflicting object: an index named like the table the second step creates. The
     # first step (ALTER TABLE messages ADD COLUMN last_detail) succeeds, the second fails.
-    first, second = database.MIGRATIONS[2]
-    assert first.startswith("ALTER TABLE messages ADD COLUMN last_detail") and second == "receipts.sql"
+    first, second = sqlite_engine.sql_statements(sqlite_engine.MIGRATIONS[2])
+    assert first.startswith("ALTER TABLE messages ADD COLUMN last_detail")
+    assert second.startswith("CREATE TABLE IF NOT EXISTS receipts")
     with closing(v1_connect(v1)) as conn:
         conn.execute("CREATE INDEX receipts_by_effect ON receipts (effect)")
         conn.execute("DROP TABLE receipts")  # drops its index as well
@@ -269,11 +270,11 @@ def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
         return conn
 
     before = v1.read_bytes(), v1.stat().st_mtime_ns
-    monkeypatch.setattr(database, "connect", read_only)
+    monkeypatch.setattr(sqlite_engine, "connect", read_only)
     with pytest.raises(StorageError) as info:
         Store(v1, clock=ModelClock(1000))
     monkeypatch.undo()
-    assert opened, "the migration did not go through database.connect"
+    assert opened, "the migration did not go through sqlite_engine.connect"
     assert info.value.code == "read_only", info.value
     assert (v1.read_bytes(), v1.stat().st_mtime_ns) == before
     # A read-only connection to a WAL file leaves SQLite's -wal/-shm beside it; the WAL holds no frame.
@@ -310,7 +311,7 @@ def test_a_newer_schema_version_is_refused_and_the_file_untouched(tmp_path: Path
     else:
         with Store(path, clock=ModelClock(1000)) as store:  # closed before the file is changed and compared
             store.enqueue(line("E0001"))
-    newer = database.SCHEMA_VERSION + 1
+    newer = sqlite_engine.SCHEMA_VERSION + 1
     bump_version(path, newer)
     before = fingerprint(path)
     for create in (True, False):
@@ -329,8 +330,8 @@ def test_a_newer_version_still_only_in_the_wal_is_refused(tmp_path: Path) -> Non
     main_before = path.read_bytes()
     with closing(sqlite3.connect(path, isolation_level=None)) as holder:
         holder.execute("PRAGMA wal_autocheckpoint = 0")
-        holder.execute(f"PRAGMA user_version = {database.SCHEMA_VERSION + 1}")
-        assert header_version(path) == database.SCHEMA_VERSION  # the header on disk is stale
+        holder.execute(f"PRAGMA user_version = {sqlite_engine.SCHEMA_VERSION + 1}")
+        assert header_version(path) == sqlite_engine.SCHEMA_VERSION  # the header on disk is stale
         with pytest.raises(WrongPath) as info:
             Store(path, clock=ModelClock(1000))
         assert info.value.code == "schema_too_new"
@@ -340,12 +341,12 @@ def test_a_newer_version_still_only_in_the_wal_is_refused(tmp_path: Path) -> Non
 def test_prepare_checks_the_version_again_under_the_write_lock(tmp_path: Path) -> None:
     # Between inspect() and prepare() another process may have moved the file on.
     path = make_v1(tmp_path / "raced.sqlite3")
-    bump_version(path, database.SCHEMA_VERSION + 1)
+    bump_version(path, sqlite_engine.SCHEMA_VERSION + 1)
     before = fingerprint(path)
-    conn = database.connect(path, busy_timeout_ms=2000)
+    conn = sqlite_engine.connect(path, busy_timeout_ms=2000)
     try:
         with pytest.raises(WrongPath) as info:
-            database.prepare(conn, path)
+            sqlite_engine.migrate(conn, path)
         assert info.value.code == "schema_too_new"
         assert not conn.in_transaction
     finally:

@@ -557,6 +557,7 @@ test_store_matches_the_model = QueueMachine.TestCase
 # state machine, with the same number of examples, must catch every one of them.
 
 from queue_core import store as store_module  # noqa: E402  (the mutants patch its Store)
+from queue_core.reads import fetch_message  # noqa: E402
 from queue_core.errors import HandlerFailure, PermanentFailure  # noqa: E402
 
 _original = {name: getattr(Store, name) for name in ("claim_tx", "redrive_tx", "_fail_checked")}
@@ -566,7 +567,7 @@ def _fenced_without(skip: str) -> Callable[[Store, Tx, Lease], Message]:
     """``leased_tx`` with one of its three checks left out."""
 
     def leased_tx(self: Store, tx: Tx, lease: Lease) -> Message:
-        message = store_module._fetch_message(tx, lease.event_id)
+        message = fetch_message(tx, lease.event_id)
         now = tx.now()
         if message is None:
             raise LeaseLost(f"{lease.event_id} is not in the queue")

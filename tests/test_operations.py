@@ -12,7 +12,8 @@ import pytest
 
 from queue_core import BatchRejected, Handler, ModelClock, Outcome, Store, ledger
 from queue_core.prometheus import exposition
-from queue_core.store import Latency, payload_digest
+from queue_core.envelope import payload_digest
+from queue_core.values import Latency
 
 from .support import batch, line, money
 
@@ -176,7 +177,7 @@ def test_prune_works_in_chunks_and_prunes_them_all(store: Store, clock: ModelClo
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import queue_core.store
 
-    monkeypatch.setattr(queue_core.store, "_PRUNE_CHUNK", 7)  # 20 payloads: three chunks and a rest
+    monkeypatch.setattr(queue_core.reads, "PRUNE_CHUNK", 7)  # 20 payloads: three chunks and a rest
     store.enqueue(batch(*(line(f"E{n:04d}", amount_cents=n) for n in range(1, 21))))
     for n in range(1, 21):
         finish(store, f"E{n:04d}")

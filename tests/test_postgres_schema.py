@@ -1,4 +1,4 @@
-"""The PostgreSQL schema (queue_core/schema_postgres.sql, ledger_postgres.sql) against a real server.
+"""The PostgreSQL schema (the engine's numbered migrations, ledger_postgres.sql) against a real server.
 
 Every test gets a fresh database of the session's throwaway cluster
 (tests/postgres_server.py); nothing is mocked. The impossible rows are the
@@ -24,14 +24,18 @@ from typing import Any
 
 import pytest
 
-from queue_core import database
 from queue_core.envelope import canonical_json
+from queue_core.engines import sqlite as sqlite_engine
+
+from queue_core.engines import APPLICATION_ID
+from queue_core.engines.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresEngine
 
 from .postgres_server import Cluster
 
-SCHEMA = "schema_postgres.sql"
 LEDGER = "ledger_postgres.sql"
-SQLITE_FILES = (*database.SCHEMA_FILES, "ledger.sql")
+# The SQLite schema: the queue's migrations in order, then the ledger.
+SQLITE_SCRIPTS = (*sqlite_engine.MIGRATIONS.values(), resources.files("queue_core").joinpath(
+    "ledger.sql").read_text(encoding="utf-8"))
 
 
 def text_of(name: str) -> str:
@@ -49,11 +53,21 @@ def connect(dsn: str, *, autocommit: bool = True) -> Any:
     return pg().connect(dsn, autocommit=autocommit)
 
 
+def create_queue(dsn: str) -> None:
+    """What Store(url) does to a new database: the engine's migrations, under its lock."""
+    engine = PostgresEngine(dsn, busy_timeout_ms=30_000)
+    conn = engine.connect()
+    try:
+        engine.open_queue(lambda: conn, create=True)
+    finally:
+        conn.close()
+
+
 def apply(conn: Any, *names: str, split: bool = False) -> None:
     """Run the files in one transaction: each as one text, or statement by statement like the SQLite files."""
     with conn.transaction():
         for name in names:
-            for statement in database.sql_statements(name) if split else [text_of(name)]:
+            for statement in sqlite_engine.sql_statements(text_of(name)) if split else [text_of(name)]:
                 conn.execute(statement)
 
 
@@ -104,27 +118,31 @@ def test_each_test_gets_a_fresh_empty_database(pg_conn: Any, turn: int) -> None:
 
 # ---------------------------------------------------------- applying the schema
 
-def test_the_schema_applies_twice_and_changes_nothing_the_second_time(pg_conn: Any) -> None:
-    apply(pg_conn, SCHEMA, LEDGER)
+def test_a_queue_opened_again_and_the_ledger_applied_again_change_nothing(postgres_dsn: str,
+                                                                          pg_conn: Any) -> None:
+    create_queue(postgres_dsn)
+    apply(pg_conn, LEDGER)
     first = catalog(pg_conn)
-    apply(pg_conn, SCHEMA, LEDGER, split=True)  # again, statement by statement (database.sql_statements)
-    apply(pg_conn, SCHEMA, LEDGER)
+    create_queue(postgres_dsn)
+    apply(pg_conn, LEDGER, split=True)  # again, statement by statement (sqlite_engine.sql_statements)
+    apply(pg_conn, LEDGER)
     assert catalog(pg_conn) == first
     assert {row[0] for row in first["columns"]} == {"messages", "receipts", "effects", "queue_core_schema"}
     assert pg_conn.execute("SELECT count(*) FROM queue_core_schema").fetchone()[0] == 1
 
 
-def test_the_queue_schema_alone_has_no_ledger(pg_conn: Any) -> None:
+def test_the_queue_schema_alone_has_no_ledger(postgres_dsn: str, pg_conn: Any) -> None:
     # As on SQLite: the effects table is the reference application's, installed separately.
-    apply(pg_conn, SCHEMA)
+    create_queue(postgres_dsn)
     tables = {r[0] for r in pg_conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
     assert tables == {"messages", "receipts", "queue_core_schema"}
 
 
-def test_the_schema_version_row_says_the_package_s_version(pg_conn: Any) -> None:
-    apply(pg_conn, SCHEMA)
+def test_the_schema_version_row_says_the_package_s_version(postgres_dsn: str, pg_conn: Any) -> None:
+    create_queue(postgres_dsn)
+    assert SCHEMA_VERSION == sqlite_engine.SCHEMA_VERSION == max(MIGRATIONS)
     assert pg_conn.execute("SELECT application_id, version FROM queue_core_schema").fetchall() == [
-        (database.APPLICATION_ID, database.SCHEMA_VERSION)]
+        (APPLICATION_ID, SCHEMA_VERSION)]
     # One row, never two; and no other application's id.
     for sql in ("INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, 3)",
                 "INSERT INTO queue_core_schema (singleton, application_id, version) VALUES (false, 1363373938, 3)",
@@ -132,9 +150,10 @@ def test_the_schema_version_row_says_the_package_s_version(pg_conn: Any) -> None
         with pytest.raises(pg().errors.IntegrityError):
             with pg_conn.transaction():
                 pg_conn.execute(sql)
-    # Both files take the one advisory lock whose key is the application id.
-    for name in (SCHEMA, LEDGER):
-        assert re.findall(r"pg_advisory_xact_lock\((\d+)\)", text_of(name)) == [str(database.APPLICATION_ID)]
+    # The ledger's file takes the one advisory lock whose key is the application id;
+    # the engine takes it around the migrations (the files themselves take none).
+    assert re.findall(r"pg_advisory_xact_lock\((\d+)\)", text_of(LEDGER)) == [str(APPLICATION_ID)]
+    assert not any("pg_advisory" in text for text in MIGRATIONS.values())
 
 
 def _in_thread(work: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
@@ -149,6 +168,18 @@ def _in_thread(work: Callable[[], None]) -> tuple[threading.Thread, list[BaseExc
     thread = threading.Thread(target=run)
     thread.start()
     return thread, errors
+
+
+def _new_backend(observer: Any, before: set[int]) -> int:
+    """The pid of the one backend that connected after ``before`` was read."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        new = {row[0] for row in observer.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = "
+                                                  "'client backend'")} - before
+        if new:
+            return int(new.pop())
+        time.sleep(0.02)
+    raise AssertionError("the second creator never connected")
 
 
 def _wait_until_blocked(observer: Any, pid: int, wait_event: str | None = None) -> str:
@@ -169,7 +200,8 @@ def test_the_schema_applies_from_two_connections_at_once(postgres_dsn: str) -> N
     def create() -> None:
         with connect(postgres_dsn) as conn:
             barrier.wait()
-            apply(conn, SCHEMA, LEDGER)
+            create_queue(postgres_dsn)
+            apply(conn, LEDGER)
 
     runs = [_in_thread(create) for _ in range(2)]
     for thread, _ in runs:
@@ -184,18 +216,24 @@ def test_the_advisory_lock_makes_a_second_creator_wait_for_the_first(postgres_ds
     # the lock (not at some catalog row), then find the schema and succeed.
     with connect(postgres_dsn) as first, connect(postgres_dsn) as second, connect(postgres_dsn) as observer:
         with first.transaction():
-            first.execute(text_of(SCHEMA))
-            thread, errors = _in_thread(lambda: apply(second, SCHEMA))
-            assert _wait_until_blocked(observer, second.info.backend_pid) == "advisory"
+            first.execute("SELECT pg_advisory_xact_lock(%s)", (APPLICATION_ID,))
+            for text in MIGRATIONS.values():
+                first.execute(text)
+            first.execute("INSERT INTO queue_core_schema (application_id, version) VALUES (%s, %s)",
+                          (APPLICATION_ID, SCHEMA_VERSION))
+            before = {row[0] for row in observer.execute("SELECT pid FROM pg_stat_activity")}
+            thread, errors = _in_thread(lambda: create_queue(postgres_dsn))
+            second_pid = _new_backend(observer, before)
+            assert _wait_until_blocked(observer, second_pid) == "advisory"
         thread.join(60)
         assert errors == []
-        assert observer.execute("SELECT version FROM queue_core_schema").fetchall() == [(database.SCHEMA_VERSION,)]
+        assert observer.execute("SELECT version FROM queue_core_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_without_the_advisory_lock_a_concurrent_creator_fails(postgres_dsn: str) -> None:
     # The negative control: the same statements without the lock. B waits on
     # A's uncommitted catalog rows, and when A commits B fails on a duplicate.
-    unlocked = text_of(SCHEMA).replace("SELECT pg_advisory_xact_lock(1363373938);", "")
+    unlocked = "\n".join(MIGRATIONS.values())
     assert "pg_advisory" not in unlocked
     with connect(postgres_dsn) as first, connect(postgres_dsn) as second, connect(postgres_dsn) as observer:
         with first.transaction():
@@ -315,8 +353,8 @@ def sqlite_queue() -> sqlite3.Connection:
     """The SQLite schema (the queue's files and the ledger), as database.py and ledger.py create it."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.execute("PRAGMA foreign_keys = ON")
-    for name in SQLITE_FILES:
-        for statement in database.sql_statements(name):
+    for text in SQLITE_SCRIPTS:
+        for statement in sqlite_engine.sql_statements(text):
             conn.execute(statement)
     # PostgreSQL's functions that the list uses.
     conn.create_function("repeat", 2, lambda text, n: text * n, deterministic=True)
@@ -327,7 +365,8 @@ def sqlite_queue() -> sqlite3.Connection:
 @pytest.fixture
 def queue(pg_conn: Any) -> Any:
     """The PostgreSQL schema with the ledger, holding SETUP's rows."""
-    apply(pg_conn, SCHEMA, LEDGER)
+    create_queue(pg_conn.info.dsn)
+    apply(pg_conn, LEDGER)
     with pg_conn.transaction():
         for statement in SETUP:
             pg_conn.execute(statement)
@@ -357,7 +396,7 @@ def test_every_check_of_the_schema_is_exercised(queue: Any) -> None:
         " AND conrelid::regclass::text <> 'queue_core_schema'")}
     assert named == {constraint for _, _, constraint in IMPOSSIBLE if constraint}
     # ... and every CHECK of the SQLite files has its counterpart (counted per file, table-level ones too).
-    sqlite_checks = sum(text_of(name).count("CHECK (") for name in SQLITE_FILES)
+    sqlite_checks = sum(text.count("CHECK (") for text in SQLITE_SCRIPTS)
     pg_checks = queue.execute(
         "SELECT count(*) FROM pg_constraint WHERE contype = 'c' AND connamespace = 'public'::regnamespace"
         " AND conrelid::regclass::text <> 'queue_core_schema'").fetchone()[0]

@@ -98,7 +98,7 @@ def armed(store: Store, point: str, error: Exception) -> Iterator[Store]:
         raise error
     plan = FaultPlan().arm(point, boom)
     try:
-        yield Store(store.url or store.path, clock=store.clock, probe=plan)
+        yield Store(store.target, clock=store.clock, probe=plan)
     finally:
         plan.disarm_all()
 

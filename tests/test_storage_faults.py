@@ -37,10 +37,10 @@ from queue_core import (
     StorageError,
     Store,
     WrongPath,
-    database,
     ledger,
 )
-from queue_core.database import SCHEMA_VERSION
+from queue_core.engines import sqlite as sqlite_engine
+from queue_core.engines.sqlite import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = 1000
@@ -218,7 +218,7 @@ def cap_pages(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path, int | None], N
     """``cap_pages(db, n)``: a database "full" at n pages, by ``PRAGMA max_page_count`` on every
     connection a store opens to it from then on (``None`` lifts the cap for new connections)."""
     caps: dict[str, int] = {}
-    real_connect = database.connect
+    real_connect = sqlite_engine.connect
 
     def connect(path: Path, **options: Any) -> sqlite3.Connection:
         conn = real_connect(path, **options)
@@ -232,7 +232,7 @@ def cap_pages(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path, int | None], N
         else:
             caps[os.path.abspath(path)] = pages
 
-    monkeypatch.setattr(database, "connect", connect)  # the one place where the store makes connections
+    monkeypatch.setattr(sqlite_engine, "connect", connect)  # the one place where the store makes connections
     return cap
 
 

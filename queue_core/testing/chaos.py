@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from .. import engine_postgres, ledger
+from .. import ledger
+from ..engines import is_postgres_url
+from ..engines.postgres import safe_url
 from ..clock import ModelClock
 from ..store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
 from ..worker import WorkSummary
@@ -581,7 +583,7 @@ def chaos(
         raise ValueError(
             f"at most {MAX_EVENTS} events fit in one file (event ids E0001..E9999)"
         )
-    if target is not None and not engine_postgres.is_url(target):
+    if target is not None and not is_postgres_url(target):
         raise ValueError(
             f"target must be a postgresql:// URL (or None for a new SQLite file), got {target!r}"
         )
@@ -608,7 +610,7 @@ def chaos(
             held = len(store.messages())
         if held:
             raise ValueError(
-                f"the chaos run needs an empty database: {engine_postgres.safe_url(str(db))} "
+                f"the chaos run needs an empty database: {safe_url(str(db))} "
                 f"already holds {held} message(s)"
             )
         now = START

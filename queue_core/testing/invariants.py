@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import engine_postgres, ledger
+from .. import ledger
+from ..engines import is_postgres_url
+from ..engines.postgres import safe_url
 from ..clock import ModelClock
 from ..receipts import ReceiptHandler
 from ..store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Store
@@ -133,7 +135,7 @@ def read_file(db: str | Path) -> FileState:
     row (an effect whose ``event_id`` has no message).
     Psycopg's errors (``psycopg.Error``) propagate, as sqlite3's do for a file.
     """
-    if engine_postgres.is_url(db):
+    if is_postgres_url(db):
         return _read_postgres(str(db))
     conn = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
     try:
@@ -414,7 +416,7 @@ def check_invariants(
 
 def _postgres_errors(db: str | Path) -> tuple[type[Exception], ...]:
     """psycopg's error class when ``db`` is a URL (imported only then); else nothing to catch."""
-    if not engine_postgres.is_url(db):
+    if not is_postgres_url(db):
         return ()
     import psycopg
 

@@ -1,15 +1,8 @@
--- queue_core schema for PostgreSQL, version 3: the same tables as schema.sql
--- and receipts.sql on SQLite, with the same CHECKs, so that impossible states
--- stay unstorable even for a client that bypasses the protocol with raw SQL.
---
--- Run the whole file in ONE transaction at READ COMMITTED (PostgreSQL's
--- default): every statement is idempotent, and the advisory lock below makes
--- two clients that create the schema at the same time take turns (without it,
--- two concurrent CREATE TABLE IF NOT EXISTS can both miss the table and one
--- fails on a duplicate catalog row). The lock's key is the application id
--- (database.APPLICATION_ID, "QCor"); it is released at COMMIT or ROLLBACK.
--- The file can be sent as one text, or split like the SQLite files
--- (database.sql_statements): no statement holds a semicolon outside a string.
+-- queue_core on PostgreSQL, migration 2 (PostgreSQL support began at schema
+-- version 2): the same tables as SQLite's migrations 1 and 2, with the same
+-- CHECKs, so that impossible states stay unstorable even for a client that
+-- bypasses the protocol with raw SQL. Migrations run in order, all in one
+-- transaction, under the engine's advisory lock; a released file never changes.
 --
 -- Differences from SQLite, on purpose:
 --   * No STRICT: a PostgreSQL column only ever holds its own type. Wrong
@@ -19,8 +12,6 @@
 --     says which application and which schema version the database holds.
 --   * event_id compares and sorts bytewise (COLLATE "C"), like SQLite's BINARY,
 --     whatever the database's default collation.
-
-SELECT pg_advisory_xact_lock(1363373938);
 
 -- SQLite's json_valid and json_type in one: the JSON type of a text
 -- ('object', 'array', 'string', 'number', 'boolean' or 'null'), or 'invalid'
@@ -38,7 +29,7 @@ EXCEPTION WHEN data_exception THEN
 END
 ';
 
-CREATE TABLE IF NOT EXISTS messages (
+CREATE TABLE messages (
     event_id     TEXT COLLATE "C" PRIMARY KEY
                  CONSTRAINT messages_event_id_format
                  CHECK (length(event_id) = 5 AND event_id ~ '^E[0-9]{4}$'),
@@ -67,28 +58,15 @@ CREATE TABLE IF NOT EXISTS messages (
     CHECK (state <> 'dead' OR last_error IS NOT NULL)
 );
 
--- Version 3 (also added to a version 2 database): timestamps and counts for
--- the metrics (NULL: a row from before), and the hash prune keeps.
-ALTER TABLE messages ADD COLUMN IF NOT EXISTS enqueued_at BIGINT
-    CONSTRAINT messages_enqueued_at_nonnegative
-    CHECK (enqueued_at IS NULL OR enqueued_at >= 0);
-ALTER TABLE messages ADD COLUMN IF NOT EXISTS done_at BIGINT
-    CONSTRAINT messages_done_at_when_done CHECK (done_at IS NULL OR state = 'done');
-ALTER TABLE messages ADD COLUMN IF NOT EXISTS expired_leases BIGINT NOT NULL DEFAULT 0
-    CONSTRAINT messages_expired_leases_nonnegative CHECK (expired_leases >= 0);
-ALTER TABLE messages ADD COLUMN IF NOT EXISTS payload_sha256 TEXT
-    CONSTRAINT messages_pruned_payload CHECK (payload_sha256 IS NULL
-        OR (state = 'done' AND payload = '{}' AND length(payload_sha256) = 64));
-
 -- Claim reads only ready and leased rows, in claim order; done and dead rows
 -- (which stay forever for deduplication) are not in this index at all.
-CREATE INDEX IF NOT EXISTS messages_claimable
+CREATE INDEX messages_claimable
     ON messages (available_at, event_id)
     WHERE state IN ('ready', 'leased');
 
 -- Idempotency receipts: (tenant, operation) -> canonical payload, and the
 -- effect it produced. Written in the same transaction as that effect.
-CREATE TABLE IF NOT EXISTS receipts (
+CREATE TABLE receipts (
     tenant    TEXT NOT NULL
               CONSTRAINT receipts_tenant_length
               CHECK (length(tenant) BETWEEN 1 AND 200),
@@ -103,8 +81,9 @@ CREATE TABLE IF NOT EXISTS receipts (
     PRIMARY KEY (tenant, operation)
 );
 
--- What PRAGMA application_id and user_version say on SQLite: one row, never two.
-CREATE TABLE IF NOT EXISTS queue_core_schema (
+-- What PRAGMA application_id and user_version say on SQLite: one row, never
+-- two. The engine writes the row after the last migration.
+CREATE TABLE queue_core_schema (
     singleton      BOOLEAN PRIMARY KEY DEFAULT TRUE
                    CONSTRAINT queue_core_schema_one_row CHECK (singleton),
     application_id BIGINT  NOT NULL
@@ -113,10 +92,3 @@ CREATE TABLE IF NOT EXISTS queue_core_schema (
     version        INTEGER NOT NULL
                    CONSTRAINT queue_core_schema_version_positive CHECK (version >= 1)
 );
--- A database that already has its row keeps it; the statements above and
--- below move a version 2 database to version 3 (engine_postgres.prepare
--- refuses a newer version before this file runs).
-INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, 3)
-    ON CONFLICT (singleton) DO NOTHING;
--- Version 2 to 3: the columns above were added by this same transaction.
-UPDATE queue_core_schema SET version = 3 WHERE version = 2;

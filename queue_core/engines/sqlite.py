@@ -1,52 +1,86 @@
-"""The queue's file: identify it, create or migrate it, connect, translate errors.
+"""SQLite: the queue in one file.
 
-Everything here is about *the file*, nothing about the protocol: is this path
-a queue database (checked without modifying it), which schema version does it
-have, how a connection is configured, and which stable code an ``sqlite3``
-error becomes. The protocol's transactions live in ``store.py``.
+Everything here is about *the file*: is this path a queue database (checked
+without modifying it), which schema version it has, its numbered migrations
+(``sqlite_migrations/``), how a connection is configured, the writers' turn
+beside the file, and which stable code an ``sqlite3`` error becomes.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from importlib import resources
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from .errors import StorageError, WrongPath
+from .. import turn
+from ..errors import StorageError, WrongPath
+from ..statements import SQLITE, Statements
+from . import APPLICATION_ID, Connection, migrations
 
-SCHEMA_VERSION: Final = 3
-APPLICATION_ID: Final = 0x51436F72  # "QCor": marks a file as a queue_core database
-SCHEMA_FILES: Final = ("schema.sql", "receipts.sql")  # the queue's schema, in order
+MIGRATIONS: Final = migrations("sqlite_migrations")
+SCHEMA_VERSION: Final = max(MIGRATIONS)
+MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
-# Each entry moves a file from version N-1 to N (all of them in one
-# transaction): SQL statements, or the name of one of the package's .sql files.
-MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
-    2: (
-        # The human-readable reason beside last_error's code.
-        "ALTER TABLE messages ADD COLUMN last_detail TEXT"
-        " CHECK (last_detail IS NULL OR last_error IS NOT NULL)",
-        # Receipts join the versioned schema (version 1 created them lazily,
-        # identically).
-        "receipts.sql",
-    ),
-    3: (
-        # Timestamps and counts for the metrics; a row from before has NULL
-        # times (unknown, never guessed) and no expired lease counted.
-        "ALTER TABLE messages ADD COLUMN enqueued_at INTEGER"
-        " CHECK (enqueued_at IS NULL OR enqueued_at >= 0)",
-        "ALTER TABLE messages ADD COLUMN done_at INTEGER"
-        " CHECK (done_at IS NULL OR state = 'done')",
-        "ALTER TABLE messages ADD COLUMN expired_leases INTEGER NOT NULL DEFAULT 0"
-        " CHECK (expired_leases >= 0)",
-        # Retention: prune keeps the hash of a payload it removes.
-        "ALTER TABLE messages ADD COLUMN payload_sha256 TEXT"
-        " CHECK (payload_sha256 IS NULL"
-        " OR (state = 'done' AND payload = '{}' AND length(payload_sha256) = 64))",
-    ),
-}
+
+class SQLiteEngine:
+    """One SQLite file: one writer at a time, taking fair turns (``turn.py``)."""
+
+    name: Final = "sqlite"
+    sql: Final[Statements] = SQLITE
+    schema_version: Final = SCHEMA_VERSION
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
+        self.path = self.target = path
+        self.where = str(path)
+        self.busy_timeout_ms = busy_timeout_ms
+
+    def open_queue(self, connection: Callable[[], Connection], *, create: bool) -> None:
+        version = inspect(
+            self.path, create=create, busy_timeout_ms=self.busy_timeout_ms
+        )
+        if version == SCHEMA_VERSION:
+            return
+        conn = connection()
+        if not isinstance(conn, sqlite3.Connection):
+            raise TypeError(f"not an SQLite connection: {type(conn).__name__}")
+        migrate(conn, self.path)
+        # a migration: the new version into the file itself, not only the WAL
+        if version > 0:
+            checkpoint(conn)
+
+    def connect(self) -> sqlite3.Connection:
+        return connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
+
+    def close(self, conn: Connection, *, quiet: bool = False) -> None:
+        close(conn, quiet=quiet)
+
+    def begin_write(self, conn: Connection) -> None:
+        # IMMEDIATE: the write lock before the first read, so that what a
+        # transaction reads cannot change before it writes.
+        conn.execute("BEGIN IMMEDIATE")
+
+    def begin_read(self, conn: Connection) -> None:
+        conn.execute("BEGIN")  # in WAL mode, one snapshot until the transaction ends
+
+    def writer_turn(self, wait_seconds: float) -> AbstractContextManager[None]:
+        return turn.writer_turn(self.path, wait_seconds=wait_seconds)
+
+    def storage_error(self, exc: BaseException) -> StorageError | None:
+        return storage_error(exc, self.path) if isinstance(exc, sqlite3.Error) else None
+
+    def caller_sql(self, sql: str) -> str:
+        return sql  # sqlite3 takes ? itself
+
+    def table_exists(self, conn: Connection, name: str) -> bool:
+        return table_exists(conn, name)
+
+    def run_script(self, conn: Connection, text: str) -> None:
+        for statement in sql_statements(text):
+            conn.execute(statement)
 
 
 def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
@@ -138,9 +172,6 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
     return int(version)
 
 
-MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
-
-
 def check_sqlite_version(
     version: tuple[int, int, int] = sqlite3.sqlite_version_info,
 ) -> None:
@@ -158,9 +189,7 @@ def check_sqlite_version(
         )
 
 
-def connect(
-    path: Path, *, busy_timeout_ms: int, check_same_thread: bool = True
-) -> sqlite3.Connection:
+def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     """The one place where connections are made and configured.
 
     ``check_same_thread=False`` only lets the store *close* a thread's
@@ -172,7 +201,7 @@ def connect(
             path,
             timeout=busy_timeout_ms / 1000,
             isolation_level=None,  # the store issues BEGIN/COMMIT itself
-            check_same_thread=check_same_thread,
+            check_same_thread=False,
         )
     except sqlite3.Error as exc:
         raise storage_error(exc, path) from exc
@@ -190,11 +219,12 @@ def connect(
     return conn
 
 
-def prepare(conn: sqlite3.Connection, path: Path) -> None:
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Create the schema in a new file, or migrate an older one: one transaction.
 
-    The version is read again under the write lock, since another process may
-    have created or migrated the file meanwhile.
+    A new file runs every migration from 1; a file of version N runs those
+    after N. The version is read again under the write lock, since another
+    process may have created or migrated the file meanwhile.
     """
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -205,15 +235,12 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
                 f"this queue_core knows up to {SCHEMA_VERSION}",
                 code="schema_too_new",
             )
+        for target, text in MIGRATIONS.items():
+            if target > version:
+                for statement in sql_statements(text):
+                    conn.execute(statement)
         if version == 0:
-            for name in SCHEMA_FILES:
-                for statement in sql_statements(name):
-                    conn.execute(statement)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        else:
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _migration_statements(target):
-                    conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
         # WAL lets readers (status) run beside the one writer.
@@ -226,30 +253,14 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
         raise
 
 
-# Whether a table exists in the queue's database, per engine (on PostgreSQL:
-# in the connection's current schema). Reading it writes nothing.
-_TABLE_EXISTS: Final = {
-    "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-    "postgresql": "SELECT 1 FROM information_schema.tables"
-    " WHERE table_schema = current_schema() AND table_name = ?",
-}
-
-
-def table_exists(conn: Any, name: str) -> bool:
-    """Whether table ``name`` exists.
-
-    ``conn`` is an sqlite3 connection, a PostgreSQL one, or a store ``Tx``.
-    """
-    # engine_postgres.Connection and Tx name theirs
-    engine = getattr(conn, "engine", "sqlite")
-    return conn.execute(_TABLE_EXISTS[engine], (name,)).fetchone() is not None
-
-
-def _migration_statements(target: int) -> list[str]:
-    statements: list[str] = []
-    for step in MIGRATIONS[target]:
-        statements += sql_statements(step) if step.endswith(".sql") else [step]
-    return statements
+def table_exists(conn: Connection, name: str) -> bool:
+    """Whether table ``name`` exists; reading it writes nothing."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        is not None
+    )
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:
@@ -260,12 +271,11 @@ def checkpoint(conn: sqlite3.Connection) -> None:
         pass  # busy or a full disk: the WAL keeps the commits, which stay durable
 
 
-def sql_statements(name: str) -> list[str]:
-    """Split one of the package's ``.sql`` files into statements.
+def sql_statements(text: str) -> list[str]:
+    """Split an SQL script into statements.
 
     (``executescript`` would COMMIT first, so it cannot run inside a transaction.)
     """
-    text = resources.files("queue_core").joinpath(name).read_text(encoding="utf-8")
     statements, current = [], ""
     for line in text.splitlines(keepends=True):
         if line.lstrip().startswith("--") and not current.strip():
@@ -277,7 +287,7 @@ def sql_statements(name: str) -> list[str]:
     return statements
 
 
-def close(conn: sqlite3.Connection, *, quiet: bool = False) -> None:
+def close(conn: Connection, *, quiet: bool = False) -> None:
     """Close ``conn``; with ``quiet``, a failure to close is ignored (after COMMIT)."""
     try:
         conn.close()

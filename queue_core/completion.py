@@ -1,0 +1,330 @@
+"""Completing a leased message: effect + ACK, failure, extension, heartbeat.
+
+Every operation here is fenced: it changes the message only while the lease
+it is given is the message's current, unexpired lease (the generation and
+the deadline are checked in the same statement that writes), and raises
+``LeaseLost`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from . import turn
+from .errors import LeaseLost, NoThreads
+from .heartbeat import Heartbeat
+from .reads import Reads, fetch_message
+from .rules import (
+    DEFAULT_LEASE_SECONDS,
+    Handler,
+    backoff_seconds,
+    check_code,
+    check_lease,
+    check_lease_seconds,
+    lease_deadline,
+    refusal,
+)
+from .transactions import Tx
+from .values import Completion, Lease, Message, Outcome
+
+
+class Completions(Reads):
+    """The store's completions, on its reads and transactions (``Store`` adds the rest)."""
+
+    max_attempts: int
+
+    # -------------------------------------------------------------- complete
+
+    def complete(self, lease: Lease, handler: Handler) -> Completion:
+        """Effect + ACK in one transaction: the heart of the protocol.
+
+        Checks the lease, reads the message *from the database*, calls
+        ``handler(tx, message)`` to write the effect in this transaction,
+        re-checks the lease and marks the message done. If the handler refuses
+        the payload (or raises), its writes are rolled back and the message
+        moves to retry or dead instead. Raises ``LeaseLost`` if fencing
+        refuses; everything the handler wrote is rolled back with it.
+
+        :param lease: what ``claim`` returned.
+        :param handler: ``handler(tx, message)`` writes the effect through ``tx``;
+            it refuses a payload by raising ``PermanentFailure`` or
+            ``TemporaryFailure``.
+        :returns: the outcome: ``DONE``, ``RETRY`` (with ``available_at``) or ``DEAD``.
+        :raises LeaseLost: the lease is no longer the message's current, unexpired
+            lease.
+        """
+        check_lease(lease)
+        if not callable(handler):
+            raise TypeError(
+                "handler must be callable as handler(tx, message), "
+                f"got {type(handler).__name__}"
+            )
+        return self._write(
+            "complete", lambda tx: self._complete_with(tx, lease, handler)
+        )
+
+    def _complete_with(self, tx: Tx, lease: Lease, handler: Handler) -> Completion:
+        # One savepoint holds this message's effect and ACK: a refusing
+        # handler's partial writes are undone while the refusal is still
+        # recorded in this transaction, and a lost lease undoes this message
+        # only (complete_many goes on with the next one).
+        tx.conn.execute("SAVEPOINT message")
+        try:
+            message = self.leased_tx(tx, lease)
+            self._at("complete.after_read")
+            try:
+                handler(tx, message)
+            except Exception as exc:
+                if not tx.conn.in_transaction:
+                    # SQLite itself ended the transaction (e.g. a full disk):
+                    # nothing is left to record the refusal in
+                    raise
+                # undo the handler's writes; the read before them wrote nothing
+                tx.conn.execute("ROLLBACK TO message")
+                code, detail, permanent = refusal(exc)
+                result = self._refuse(tx, lease, code, detail, permanent=permanent)
+            else:
+                self._at("complete.after_effect")
+                result = self.complete_tx(tx, lease)
+        except LeaseLost:
+            if tx.conn.in_transaction:
+                tx.conn.execute("ROLLBACK TO message")
+                tx.conn.execute("RELEASE message")
+            raise
+        tx.conn.execute("RELEASE message")
+        return result
+
+    def leased_tx(self, tx: Tx, lease: Lease) -> Message:
+        """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
+
+        The fenced check that opens a completion: the payload comes from here,
+        from the database, never from the caller.
+        """
+        check_lease(lease)
+        message = fetch_message(tx, lease.event_id, lock=True)
+        now = tx.now()
+        if message is None:
+            raise LeaseLost(f"{lease.event_id} is not in the queue")
+        if message.generation != lease.generation:
+            raise LeaseLost(
+                f"{lease.event_id}: generation {lease.generation} is stale; "
+                f"the message was claimed again (generation {message.generation})"
+            )
+        if message.state != "leased" or message.lease_until is None:
+            raise LeaseLost(f"{lease.event_id} is {message.state}, not leased")
+        if not now < message.lease_until:
+            raise LeaseLost(
+                f"{lease.event_id}: the lease ended at {message.lease_until} "
+                f"(now {now})"
+            )
+        return message
+
+    def complete_tx(self, tx: Tx, lease: Lease) -> Completion:
+        """The ACK inside the caller's transaction, after the caller's own writes.
+
+        Re-checks the lease (the work may have taken long) and marks the
+        message done. If fencing refuses it raises ``LeaseLost``; let it
+        escape ``store.transaction()`` so your writes roll back with it.
+        """
+        check_lease(lease)
+        now = tx.now()
+        if not now < lease.lease_until:
+            # the lease ran out during the work: raises LeaseLost saying so
+            self.leased_tx(tx, lease)
+        self._at("complete.after_recheck")
+        # The fence and the ACK in one statement: the row changes only while
+        # this lease is its current, unexpired lease.
+        acked = tx.conn.execute(
+            tx.sql.complete_ack,
+            (now, lease.event_id, lease.generation, now),
+        ).rowcount
+        if acked != 1:
+            self.leased_tx(tx, lease)  # raises LeaseLost with the reason
+            raise LeaseLost(
+                f"{lease.event_id}: generation {lease.generation} "
+                "is no longer the current lease"
+            )
+        self._at("complete.after_update")
+        return Completion(lease.event_id, Outcome.DONE)
+
+    # ---------------------------------------------------------------- extend
+
+    def extend(self, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease:
+        """Heartbeat: the same lease, now ending ``lease_seconds`` from now.
+
+        It is fenced like a completion.
+
+        Only the message's current, unexpired lease can be extended: a stale
+        generation, an expired lease (it cannot be revived) or a finished
+        message raises ``LeaseLost`` and changes nothing. The generation and
+        the attempt stay: an extension spends no attempt. Like SQS's
+        ChangeMessageVisibility, the new deadline counts from now, so it may
+        also shorten a lease.
+
+        :param lease: the current lease (what ``claim`` or an earlier ``extend``
+            returned).
+        :param lease_seconds: the lease then ends this many seconds from now.
+        :returns: the lease with its new ``lease_until``; complete with it (or with
+            the old one).
+        :raises LeaseLost: the lease is no longer the message's current, unexpired
+            lease.
+        """
+        check_lease(lease)
+        check_lease_seconds(lease_seconds)
+        return self._write(
+            "extend", lambda tx: self.extend_tx(tx, lease, lease_seconds)
+        )
+
+    def extend_tx(
+        self, tx: Tx, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> Lease:
+        """``extend`` inside the caller's transaction."""
+        check_lease_seconds(lease_seconds)
+        self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
+        self._at("extend.after_read")
+        instant = tx.instant()
+        now = math.floor(instant)
+        extended = Lease(
+            lease.event_id,
+            lease.generation,
+            lease.attempt,
+            lease_deadline(instant, lease_seconds),
+        )
+        # The same fence in the UPDATE itself, as in complete_tx.
+        changed = tx.conn.execute(
+            tx.sql.extend_lease,
+            (extended.lease_until, lease.event_id, lease.generation, now),
+        ).rowcount
+        if changed != 1:
+            raise LeaseLost(
+                f"{lease.event_id}: generation {lease.generation} "
+                "is no longer the current lease"
+            )
+        self._at("extend.after_update")
+        return extended
+
+    def heartbeat(
+        self, lease: Lease, *, every: float, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> Heartbeat:
+        """Keep extending ``lease`` every ``every`` seconds while long work runs.
+
+        The extensions run in a background thread.
+
+        Use it around work done between ``claim`` and ``complete``::
+
+            with store.heartbeat(lease, every=10, lease_seconds=30) as beat:
+                result = long_computation(lease)
+            store.complete(beat.lease, handler)
+
+        The thread uses its own connection (one per thread) and stops when the
+        block ends. If an extension is refused, the thread stops and
+        ``beat.lost`` holds the ``LeaseLost``: the work's result must not be
+        written, and ``complete`` would refuse it anyway.
+        """
+        check_lease(lease)
+        check_lease_seconds(lease_seconds)
+        if not every > 0:
+            raise ValueError(
+                f"every must be a positive number of seconds, got {every!r}"
+            )
+        if not turn.THREADS:
+            raise NoThreads(
+                "a heartbeat extends the lease from a thread, and this Python"
+                f" ({sys.platform}) cannot start one: run this on a machine"
+            )
+        return Heartbeat(self, lease, every, lease_seconds)
+
+    # ------------------------------------------------------------------ fail
+
+    def fail(
+        self,
+        lease: Lease,
+        code: str,
+        *,
+        permanent: bool = False,
+        detail: str | None = None,
+    ) -> Completion:
+        """Record a failed attempt: retry after a backoff, or dead.
+
+        Permanent failures and a temporary failure on the last allowed attempt
+        go to dead, keeping ``code`` (and ``detail``, the reason in words).
+        Fenced like ``complete``.
+
+        :param lease: what ``claim`` returned.
+        :param code: a short machine-readable reason, stored as ``last_error``.
+        :param permanent: dead at once instead of a retry.
+        :param detail: the reason in words, stored as ``last_detail``.
+        :raises LeaseLost: the lease is no longer current.
+        """
+        check_lease(lease)
+        check_code(code, detail)
+        return self._write(
+            "fail",
+            lambda tx: self.fail_tx(
+                tx, lease, code, permanent=permanent, detail=detail
+            ),
+        )
+
+    def fail_tx(
+        self,
+        tx: Tx,
+        lease: Lease,
+        code: str,
+        *,
+        permanent: bool = False,
+        detail: str | None = None,
+    ) -> Completion:
+        """``fail`` inside the caller's transaction."""
+        check_code(code, detail)
+        message = self.leased_tx(tx, lease)
+        self._at("fail.after_read")
+        return self._fail_checked(
+            tx, message, code, detail, permanent=permanent, point="fail.after_update"
+        )
+
+    def _refuse(
+        self, tx: Tx, lease: Lease, code: str, detail: str | None, *, permanent: bool
+    ) -> Completion:
+        """A handler refused the payload: record it only if the lease is still current.
+
+        The handler may have taken long, so the lease is checked again, as on
+        the success path; a refusal after the lease ended raises ``LeaseLost``.
+        """
+        message = self.leased_tx(tx, lease)
+        return self._fail_checked(
+            tx,
+            message,
+            code,
+            detail,
+            permanent=permanent,
+            point="complete.after_update",
+        )
+
+    def _fail_checked(
+        self,
+        tx: Tx,
+        message: Message,
+        code: str,
+        detail: str | None,
+        *,
+        permanent: bool,
+        point: str,
+    ) -> Completion:
+        if permanent or message.attempts >= self.max_attempts:
+            tx.conn.execute(
+                tx.sql.fail_dead,
+                (code, detail, message.event_id),
+            )
+            outcome = Completion(message.event_id, Outcome.DEAD, code, detail=detail)
+        else:
+            available_at = tx.now() + backoff_seconds(message.attempts)
+            tx.conn.execute(
+                tx.sql.fail_retry,
+                (available_at, code, detail, message.event_id),
+            )
+            outcome = Completion(
+                message.event_id, Outcome.RETRY, code, available_at, detail
+            )
+        self._at(point)
+        return outcome

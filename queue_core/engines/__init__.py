@@ -1,0 +1,157 @@
+"""The engines behind one interface: a ``Store`` chooses one, once, from its target.
+
+What differs between SQLite and PostgreSQL is an ``Engine``: how it
+connects, how a write and a read transaction begin, whether writers take
+turns, its clock, its named statements (``queue_core.statements``), how its
+errors become ``StorageError`` codes, and its schema as numbered migrations.
+The protocol (``store.py``) and the transaction runner (``transactions.py``)
+call these and never ask which engine they run on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from ..errors import StorageError
+from ..statements import Statements
+
+# Marks a database as queue_core's: SQLite's application_id, PostgreSQL's
+# queue_core_schema row, and the key of PostgreSQL's schema lock ("QCor").
+APPLICATION_ID: Final = 0x51436F72
+POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
+
+
+class Rows(Protocol):
+    """What a statement returns: its rows, and how many rows it changed."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """One connection of an engine, as the store uses it (sqlite3's shape)."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Rows: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Any: ...
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    """What one engine does for a store; one instance per store."""
+
+    @property
+    def name(self) -> str:
+        """ "sqlite" or "postgresql": for reports and pages, never for branching."""
+        ...
+
+    @property
+    def target(self) -> str | Path:
+        """The SQLite file, or the postgresql:// URL: what ``Store()`` was given."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """The file, or the URL without its password: for messages."""
+        ...
+
+    @property
+    def sql(self) -> Statements:
+        """Its named statements."""
+        ...
+
+    @property
+    def schema_version(self) -> int:
+        """The newest schema version it knows."""
+        ...
+
+    def open_queue(self, connection: Callable[[], Connection], *, create: bool) -> None:
+        """Check the target; create the queue, or migrate it forward, if it must.
+
+        ``connection()`` gives the store's connection, once the target has been
+        checked (connecting may create an SQLite file).
+        """
+        ...
+
+    def connect(self) -> Connection:
+        """A new connection, configured; the store closes it with ``close``."""
+        ...
+
+    def close(self, conn: Connection, *, quiet: bool = False) -> None:
+        """Close ``conn``; with ``quiet``, a failure to close is ignored."""
+        ...
+
+    def begin_write(self, conn: Connection) -> None:
+        """Begin a write transaction, before its first read."""
+        ...
+
+    def begin_read(self, conn: Connection) -> None:
+        """Begin a read transaction: one consistent view for all its statements."""
+        ...
+
+    def writer_turn(self, wait_seconds: float) -> AbstractContextManager[None]:
+        """Wait for this writer's turn across processes (or do nothing)."""
+        ...
+
+    def storage_error(self, exc: BaseException) -> StorageError | None:
+        """The ``StorageError`` that the driver's ``exc`` means; None if not its own."""
+        ...
+
+    def caller_sql(self, sql: str) -> str:
+        """A caller's statement, written with ``?`` placeholders, for this driver."""
+        ...
+
+    def table_exists(self, conn: Connection, name: str) -> bool:
+        """Whether the queue's database has table ``name``; reading writes nothing."""
+        ...
+
+    def run_script(self, conn: Connection, text: str) -> None:
+        """Run every statement of an SQL script inside the open transaction."""
+        ...
+
+
+def engine_for(target: str | Path, *, busy_timeout_ms: int) -> Engine:
+    """The engine for ``target``: a ``postgresql://`` URL, or an SQLite file."""
+    if is_postgres_url(target):
+        from .postgres import PostgresEngine
+
+        return PostgresEngine(str(target), busy_timeout_ms=busy_timeout_ms)
+    from .sqlite import SQLiteEngine
+
+    return SQLiteEngine(Path(target), busy_timeout_ms=busy_timeout_ms)
+
+
+def is_postgres_url(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL database rather than an SQLite file."""
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def migrations(folder: str) -> dict[int, str]:
+    """The numbered migration files of one engine: version -> the file's SQL.
+
+    ``0003_metrics_and_prune.sql`` moves a database from version 2 to 3.
+    """
+    found: dict[int, str] = {}
+    for entry in resources.files(__package__).joinpath(folder).iterdir():
+        if entry.name.endswith(".sql"):
+            found[int(entry.name.split("_", 1)[0])] = entry.read_text(encoding="utf-8")
+    return dict(sorted(found.items()))
+
+
+def script(package: str, name: str) -> str:
+    """The text of one of a package's ``.sql`` files."""
+    return resources.files(package).joinpath(name).read_text(encoding="utf-8")

@@ -1,0 +1,328 @@
+"""PostgreSQL: the same protocol in one database, reached over a socket.
+
+What differs from SQLite (the statements' part is in ``statements.py``):
+
+* a connection is a psycopg 3 connection in autocommit, so that the store's
+  own ``BEGIN``/``COMMIT`` delimit each transaction exactly as on SQLite;
+* there is no database write lock, so no writers' turn: a claim locks the
+  rows it takes (``FOR UPDATE SKIP LOCKED``) and a completion locks its
+  message's row before it checks the lease;
+* with no clock given, time is the database server's (one clock for every host);
+* the schema is numbered migrations (``postgres_migrations/``) and a one-row
+  table ``queue_core_schema`` holding the version;
+* errors become the same ``StorageError`` codes.
+
+psycopg is imported only when a PostgreSQL URL is opened, so the SQLite
+default keeps its zero dependencies (``pip install queue_core[postgres]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Final
+
+from ..errors import StorageError, WrongPath
+from ..statements import POSTGRESQL, Statements
+from . import APPLICATION_ID, Connection, migrations
+
+MIGRATIONS: Final = migrations("postgres_migrations")
+SCHEMA_VERSION: Final = max(MIGRATIONS)
+
+# ``?`` outside quoted strings, in a caller's SQL (the store's own statements
+# are written for psycopg already).
+_QMARK = re.compile(r"'(?:[^']|'')*'|\?")
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StorageError(
+            "PostgreSQL needs psycopg 3: pip install 'queue_core[postgres]'",
+            code="postgres_unavailable",
+        ) from None
+    return psycopg
+
+
+class Rows:
+    """The rows of one statement, read as from an sqlite3 cursor."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self.rowcount: int = cursor.rowcount
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone() if self._cursor.description is not None else None
+
+    def fetchall(self) -> list[Any]:
+        if self._cursor.description is None:
+            return []
+        return list(self._cursor.fetchall())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+
+class PostgresConnection:
+    """One psycopg connection in autocommit, whose errors are ``StorageError``."""
+
+    def __init__(self, url: str, *, busy_timeout_ms: int) -> None:
+        psycopg = _psycopg()
+        self._errors: type[Exception] = psycopg.Error
+        self._status = psycopg.pq.TransactionStatus
+        self.url = url
+        try:
+            self.raw = psycopg.connect(url, autocommit=True)
+        # never connected: nothing was lost, nothing was written
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"{safe_url(url)}: cannot connect to the database server "
+                f"({_one_line(exc)})",
+                code="cannot_connect",
+            ) from None
+        # SQLite's busy timeout, here: how long to wait for a row another
+        # transaction holds before the store reports the database busy.
+        # 0 would switch PostgreSQL's lock timeout off (wait forever); SQLite's 0
+        # means do not wait.
+        self.execute(f"SET lock_timeout = {max(1, int(busy_timeout_ms))}")
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Rows:
+        try:
+            return Rows(self.raw.execute(sql, parameters or None))
+        except self._errors as exc:
+            raise storage_error(exc, self.url) from exc
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
+        try:
+            with self.raw.cursor() as cursor:
+                cursor.executemany(sql, list(parameters))
+        except self._errors as exc:
+            raise storage_error(exc, self.url) from exc
+
+    def execute_script(self, text: str) -> None:
+        """Several statements in one text, without parameters (a simple query)."""
+        try:
+            self.raw.execute(text)
+        except self._errors as exc:
+            raise storage_error(exc, self.url) from exc
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status in (
+            self._status.INTRANS,
+            self._status.INERROR,
+        )
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class PostgresEngine:
+    """One PostgreSQL database: row locks instead of turns, the server's clock."""
+
+    name: Final = "postgresql"
+    sql: Final[Statements] = POSTGRESQL
+    schema_version: Final = SCHEMA_VERSION
+
+    def __init__(self, url: str, *, busy_timeout_ms: int) -> None:
+        self.url = self.target = url
+        self.where = safe_url(url)
+        self.busy_timeout_ms = busy_timeout_ms
+
+    def open_queue(self, connection: Callable[[], Connection], *, create: bool) -> None:
+        """Check the database, then create the queue or move it forward if it must.
+
+        A current queue is only read.
+
+        Refused, with nothing written: no queue and not ``create``
+        (``no_database``), a ``messages`` table that is not a queue's
+        (``not_a_queue_database``), a newer schema version (``schema_too_new``),
+        a queue whose ``messages`` table is gone (``corrupt``). So a role that
+        may only read can open it.
+        """
+        conn = connection()
+        found = schema_version(conn)
+        if found == SCHEMA_VERSION:
+            if not table_exists(conn, "messages"):
+                raise StorageError(
+                    f"{self.where}: the queue's messages table is missing",
+                    code="corrupt",
+                )
+            return
+        self._refuse_newer(found)
+        if found == 0 and not create:
+            raise WrongPath(f"no queue database at {self.where}", code="no_database")
+        self._migrate(conn)
+
+    def _refuse_newer(self, found: int) -> None:
+        if found > SCHEMA_VERSION:
+            raise WrongPath(
+                f"{self.where} has schema version {found}; "
+                f"this queue_core knows up to {SCHEMA_VERSION}",
+                code="schema_too_new",
+            )
+
+    def _migrate(self, conn: Connection) -> None:
+        """Create the queue's tables, or move an older version forward: one transaction.
+
+        Under the schema's own advisory lock the database is looked at again
+        (a second client may have created or moved it meanwhile).
+        """
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (APPLICATION_ID,))
+            found = schema_version(conn)
+            self._refuse_newer(found)
+            if found == 0 and table_exists(conn, "messages"):
+                raise WrongPath(
+                    f"{self.where} has a messages table that is not a queue's; "
+                    "use another database or schema",
+                    code="not_a_queue_database",
+                )
+            for target, text in MIGRATIONS.items():
+                if target > found:
+                    self.run_script(conn, text)
+            conn.execute(
+                "INSERT INTO queue_core_schema (application_id, version) "
+                "VALUES (%s, %s) ON CONFLICT (singleton) "
+                "DO UPDATE SET version = EXCLUDED.version",
+                (APPLICATION_ID, SCHEMA_VERSION),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def connect(self) -> PostgresConnection:
+        return PostgresConnection(self.url, busy_timeout_ms=self.busy_timeout_ms)
+
+    def close(self, conn: Connection, *, quiet: bool = False) -> None:
+        try:
+            conn.close()
+        except Exception:
+            if not quiet:
+                raise
+
+    def begin_write(self, conn: Connection) -> None:
+        conn.execute("BEGIN")
+
+    def begin_read(self, conn: Connection) -> None:
+        # one snapshot for all of the body's statements, like a WAL read on SQLite
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def writer_turn(self, wait_seconds: float) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # rows are locked, not the database
+
+    def storage_error(self, exc: BaseException) -> StorageError | None:
+        psycopg = _psycopg()
+        if isinstance(exc, psycopg.Error):
+            return storage_error(exc, self.url)
+        return None
+
+    def caller_sql(self, sql: str) -> str:
+        return caller_sql(sql)
+
+    def table_exists(self, conn: Connection, name: str) -> bool:
+        return table_exists(conn, name)
+
+    def run_script(self, conn: Connection, text: str) -> None:
+        if not isinstance(conn, PostgresConnection):
+            raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
+        conn.execute_script(text)
+
+
+@functools.lru_cache(maxsize=512)
+def caller_sql(sql: str) -> str:
+    """A caller's SQL with psycopg's placeholders: ``?`` becomes ``%s``.
+
+    A literal ``%`` is doubled. Each distinct statement is rewritten once.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        text = match.group(0)
+        return text if text.startswith("'") else "%s"
+
+    return _QMARK.sub(replace, sql.replace("%", "%%"))
+
+
+def schema_version(conn: Connection) -> int:
+    """The queue's schema version in this database (0: none yet); writes nothing."""
+    if not table_exists(conn, "queue_core_schema"):
+        return 0
+    row = conn.execute("SELECT version FROM queue_core_schema").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def table_exists(conn: Connection, name: str) -> bool:
+    """Whether table ``name`` exists in the connection's current schema.
+
+    Read from the catalog with the statement's own snapshot: ``to_regclass``
+    would consult this session's catalog cache, which can still say "no such
+    table" after another session created it while this one waited for a lock.
+    """
+    return (
+        conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_tables "
+            "WHERE schemaname = current_schema() AND tablename = %s",
+            (name,),
+        ).fetchone()
+        is not None
+    )
+
+
+def storage_error(exc: Exception, url: str) -> StorageError:
+    """Translate a psycopg error into a StorageError with one of the store's codes."""
+    psycopg = _psycopg()
+    errors = psycopg.errors
+    where = safe_url(url)
+    if isinstance(
+        exc,
+        (
+            errors.SerializationFailure,
+            errors.DeadlockDetected,
+            errors.LockNotAvailable,
+            errors.QueryCanceled,
+        ),
+    ):
+        # Only the first line: the rest quotes the statement that waited
+        # ("LINE 2: ...", a caret).
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return StorageError(
+            f"{where}: the database is busy ({reason})", code="database_busy"
+        )
+    if isinstance(exc, errors.IntegrityError):
+        return StorageError(
+            f"{where}: a schema constraint refused the write ({_one_line(exc)})",
+            code="constraint_violation",
+        )
+    if isinstance(exc, errors.DiskFull):
+        return StorageError(
+            f"{where}: the database server's disk is full ({_one_line(exc)})",
+            code="disk_full",
+        )
+    if isinstance(exc, errors.ReadOnlySqlTransaction):
+        return StorageError(
+            f"{where}: the database is read-only ({_one_line(exc)})", code="read_only"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageError(
+            f"{where}: the connection to the database server failed ({_one_line(exc)})",
+            code="connection_lost",
+        )
+    return StorageError(f"{where}: {_one_line(exc)}", code="storage_error")
+
+
+def safe_url(url: str) -> str:
+    """The URL without a password (``user:password@``, ``?password=``), for messages."""
+    url = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
+
+
+def _one_line(exc: Exception) -> str:
+    # libpq's messages span lines ("DETAIL:", "HINT:"); the CLI promises one.
+    return " ".join(str(exc).split())

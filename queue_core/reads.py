@@ -1,0 +1,151 @@
+"""What a store reports and keeps: counts, metrics, messages, and prune.
+
+None of these changes a message's state: the reads run in one snapshot each
+(``Transactions.read``), and prune only replaces the payloads of old done
+messages by their hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from .envelope import payload_digest
+from .errors import UnknownEvent
+from .transactions import Transactions, Tx
+from .values import STATES, Latency, Message, Metrics, Pruned, Snapshot
+
+# Payloads prune reads and rewrites per statement.
+PRUNE_CHUNK: Final = 1_000
+
+
+class Reads(Transactions):
+    """The store's reads and prune, on its transactions (``Store`` adds the protocol)."""
+
+    def status(self) -> Snapshot:
+        """Counts by stored state (no expiry applied)."""
+        return self.read(self.status_tx)
+
+    def status_tx(self, view: Tx) -> Snapshot:
+        """``status`` inside the caller's transaction or snapshot."""
+        return Snapshot(dict(view.conn.execute(view.sql.status_counts).fetchall()))
+
+    def metrics(self) -> Metrics:
+        """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""
+        return self.read(self.metrics_tx)
+
+    def metrics_tx(self, view: Tx) -> Metrics:
+        """``metrics`` inside the caller's transaction or snapshot."""
+        sql, run = view.sql, view.conn.execute
+        now = view.now()
+        counts = self.status_tx(view).messages
+        oldest = run(sql.oldest_ready).fetchone()[0]
+        dead = dict(run(sql.dead_attempts).fetchall())
+        done, longest, total = run(sql.done_summary).fetchone()
+
+        def percentile(p: int) -> int | None:
+            if not done:
+                return None
+            rank = max(1, -(-p * int(done) // 100))  # nearest rank: ceil(p/100 * n)
+            return int(run(sql.done_percentile, (rank - 1,)).fetchone()[0])
+
+        expired, pruned = run(sql.expired_and_pruned).fetchone()
+        return Metrics(
+            now=now,
+            messages={state: counts.get(state, 0) for state in STATES},
+            oldest_ready_age=None if oldest is None else max(0, now - int(oldest)),
+            dead_attempts={int(k): int(v) for k, v in dead.items()},
+            enqueue_to_done=Latency(
+                int(done),
+                percentile(50),
+                percentile(95),
+                None if longest is None else int(longest),
+                int(total),
+            ),
+            expired_leases=int(expired),
+            pruned=int(pruned),
+        )
+
+    def prune(self, older_than_seconds: int) -> Pruned:
+        """Remove payloads of done messages ACKed at least ``older_than_seconds`` ago.
+
+        Prune keeps what deduplication needs.
+
+        A pruned message keeps its id, state, counts and times, and the
+        SHA-256 of its canonical payload: enqueueing its id again with the
+        same payload is still a duplicate, with another payload still a
+        conflict. Dead messages are never pruned (they wait for an operator),
+        nor done messages from before schema version 3 (their age is unknown).
+        One transaction: all or nothing.
+
+        :param older_than_seconds: 0 or more; ``0`` prunes every done message with
+            a done time.
+        """
+        if isinstance(older_than_seconds, bool) or not isinstance(
+            older_than_seconds, int
+        ):
+            raise TypeError(
+                "older_than_seconds must be an integer, "
+                f"got {type(older_than_seconds).__name__}"
+            )
+        if older_than_seconds < 0:
+            raise ValueError(
+                f"older_than_seconds must not be negative, got {older_than_seconds}"
+            )
+        return self._write(None, lambda tx: self.prune_tx(tx, older_than_seconds))
+
+    def prune_tx(self, tx: Tx, older_than_seconds: int) -> Pruned:
+        """``prune`` inside the caller's transaction."""
+        sql = tx.sql
+        cutoff = tx.now() - older_than_seconds
+        pruned = 0
+        while True:  # in chunks, so that memory stays flat however many payloads go
+            rows = tx.conn.execute(sql.prune_chunk, (cutoff, PRUNE_CHUNK)).fetchall()
+            if not rows:
+                break
+            tx.conn.executemany(
+                sql.prune_payload,
+                [(payload_digest(payload), event_id) for event_id, payload in rows],
+            )
+            pruned += len(rows)
+        unknown = tx.conn.execute(sql.prune_unknown_age).fetchone()[0]
+        return Pruned(pruned=pruned, unknown_age=int(unknown))
+
+    def message(self, event_id: str) -> Message:
+        """One stored message, as stored."""
+        found = self.read(lambda view: fetch_message(view, event_id))
+        if found is None:
+            raise UnknownEvent(f"{event_id} is not in the queue")
+        return found
+
+    def messages(self, state: str | None = None) -> list[Message]:
+        """All stored messages (optionally of one state), by event id."""
+        if state is not None and state not in STATES:
+            raise ValueError(f"unknown state {state!r}; states are {', '.join(STATES)}")
+
+        def body(view: Tx) -> list[Message]:
+            if state is None:
+                rows = view.conn.execute(view.sql.messages_all)
+            else:
+                rows = view.conn.execute(view.sql.messages_in_state, (state,))
+            return [message_of(row) for row in rows]
+
+        return self.read(body)
+
+    def dead_letters(self) -> list[Message]:
+        """The dead-letter queue: messages with ``state = 'dead'``."""
+        return self.messages("dead")
+
+
+def message_of(row: Sequence[Any]) -> Message:
+    """A ``Message`` from a row of ``statements.MESSAGE_COLUMNS``."""
+    values = list(row)
+    values[-1] = bool(values[-1])  # pruned: SQLite says 0/1, PostgreSQL a bool
+    return Message(*values)
+
+
+def fetch_message(tx: Tx, event_id: str, *, lock: bool = False) -> Message | None:
+    """One message, or None; with ``lock``, its row is locked where rows are."""
+    statement = tx.sql.message_locked if lock else tx.sql.message
+    row = tx.conn.execute(statement, (event_id,)).fetchone()
+    return None if row is None else message_of(row)

@@ -1,0 +1,127 @@
+"""The protocol's numbers and rules: defaults, limits, backoff, lease deadlines,
+the named steps where a probe is called, what a handler's exception records,
+and the checks of every operation's arguments.
+
+Plain functions and constants: the store and its completions share them, and
+a reader can find every number the protocol lives by in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Protocol
+
+from .errors import HandlerFailure, PermanentFailure
+from .values import Lease, Message
+
+if TYPE_CHECKING:
+    from .transactions import Tx
+
+DEFAULT_LEASE_SECONDS: Final = 30
+# a year; keeps now + lease far inside SQLite's 64-bit integers
+MAX_LEASE_SECONDS: Final = 365 * 86_400
+# claims per cycle, whether they ended in a failure or a silent death
+MAX_ATTEMPTS: Final = 3
+BUSY_TIMEOUT_MS: Final = 2_000  # SQLite's own wait for the write lock, per attempt
+# then we back off and retry until this much time has passed
+BUSY_RETRY_SECONDS: Final = 60.0
+# last_error of a message whose last lease ran out
+LEASE_EXPIRED: Final = "lease_expired"
+# last_error of a handler that raised something unexpected
+HANDLER_ERROR: Final = "handler_error"
+
+# The named steps of each write operation, where a probe is called.
+_COMMON_STEPS = ("after_begin", "after_read", "before_commit", "after_commit")
+_EXTRA_STEPS = {
+    "enqueue": ("after_insert",),
+    "claim": ("after_expire", "after_update"),
+    "complete": ("after_effect", "after_recheck", "after_update"),
+    "fail": ("after_update",),
+    "redrive": ("after_update",),
+    "extend": ("after_update",),
+}
+# The batched path's transactions reach their messages' steps (claim.*,
+# complete.*) once per message, and these of their own.
+_BATCH_STEPS = ("after_begin", "before_commit", "after_commit")
+BATCH_OPERATIONS: Final = ("claim_many", "complete_many")
+OPERATIONS: Final = tuple(_EXTRA_STEPS) + BATCH_OPERATIONS
+PROBE_POINTS: Final = frozenset(
+    [f"{op}.{step}" for op in _EXTRA_STEPS for step in _COMMON_STEPS + _EXTRA_STEPS[op]]
+    + [f"{op}.{step}" for op in BATCH_OPERATIONS for step in _BATCH_STEPS]
+)
+MAX_BATCH: Final = 1_000  # messages per batched transaction
+
+
+def backoff_seconds(attempt: int) -> int:
+    """Delay after a temporary failure of ``attempt``: 1 s, 2 s, 4 s..."""
+    return int(2 ** (attempt - 1))
+
+
+class Handler(Protocol):
+    """Writes one message's effect through ``tx``, inside the completion's transaction.
+
+    Raise ``PermanentFailure`` (dead at once) or ``TemporaryFailure`` (retry
+    after a backoff) to refuse the payload; whatever the handler wrote is then
+    rolled back, and so it is if it raises anything else (recorded as
+    ``handler_error``). The return value is ignored.
+    """
+
+    def __call__(self, tx: Tx, message: Message) -> object: ...
+
+
+def refusal(exc: Exception) -> tuple[str, str | None, bool]:
+    """What a handler's exception records: (code, detail, permanent).
+
+    Anything unexpected is a ``handler_error``.
+    """
+    if isinstance(exc, HandlerFailure):
+        return exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
+    return HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
+
+
+def lease_deadline(instant: float, lease_seconds: int) -> int:
+    """A new lease's ``lease_until``, counted from the next whole second.
+
+    So it lasts at least ``lease_seconds``.
+    A lease is valid while ``now() < lease_until``, and ``now()`` rounds the time
+    down: counted from the second below, a lease taken at 1000.9 would end at
+    1001.0 after 0.1 s.
+    """
+    return math.ceil(instant) + lease_seconds
+
+
+def check_lease_seconds(lease_seconds: object) -> None:
+    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int):
+        raise TypeError(
+            "lease_seconds must be an integer of seconds, "
+            f"got {type(lease_seconds).__name__}"
+        )
+    if not 1 <= lease_seconds <= MAX_LEASE_SECONDS:
+        raise ValueError(
+            f"lease_seconds must be 1..{MAX_LEASE_SECONDS}, got {lease_seconds}"
+        )
+
+
+def check_count(count: object) -> None:
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(f"count must be an integer, got {type(count).__name__}")
+    if not 1 <= count <= MAX_BATCH:
+        raise ValueError(f"count must be 1..{MAX_BATCH}, got {count}")
+
+
+def check_lease(lease: object) -> None:
+    if not isinstance(lease, Lease):
+        hint = (
+            " (claim() returned None: nothing was available)" if lease is None else ""
+        )
+        raise TypeError(
+            f"expected a Lease from claim(), got {type(lease).__name__}{hint}"
+        )
+
+
+def check_code(code: object, detail: object) -> None:
+    if not isinstance(code, str) or not code:
+        raise ValueError(f"a failure needs a non-empty error code, got {code!r}")
+    if detail is not None and not isinstance(detail, str):
+        raise TypeError(f"detail must be a string or None, got {type(detail).__name__}")

@@ -1,0 +1,225 @@
+"""Every statement of the protocol, by name, for each engine.
+
+Each statement is written once, with ``?`` placeholders; an engine supplies
+only the fragments that differ (``Dialect``): its row locks, how a list of
+ids is matched, the turns it takes where it has no database write lock.
+``SQLITE`` and ``POSTGRESQL`` are the two sets, made when this module loads
+(for psycopg, ``?`` becomes ``%s``). The protocol runs ``tx.sql.<name>`` and
+never asks which engine it is on; the pages print the statements from here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Final
+
+# The columns of a ``Message``, in its order; the last one says whether prune
+# removed the payload (SQLite answers 0/1, PostgreSQL a bool).
+MESSAGE_COLUMNS: Final = (
+    "event_id, payload, state, attempts, generation, available_at, lease_until, "
+    "last_error, last_detail, enqueued_at, done_at, expired_leases, "
+    "payload_sha256 IS NOT NULL"
+)
+# The timed rows of the metrics: done messages with both of their times.
+_TIMED: Final = (
+    "FROM messages WHERE state = 'done' "
+    "AND enqueued_at IS NOT NULL AND done_at IS NOT NULL"
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one engine's statements say differently."""
+
+    name: str
+    # appended to the claim's read of its candidates
+    claim_lock: str
+    # appended to a completion's, failure's or redrive's read of its message
+    row_lock: str
+    # matches event_id against one parameter holding a list of ids
+    ids_in_list: str
+    # the statement that makes enqueues take turns (None: the write lock does)
+    enqueue_turn: str | None
+    # the statement that makes receipts of one key take turns (None: as above)
+    receipt_turn: str | None
+    # the server's clock in seconds with its fraction (None: no server clock)
+    server_time: str | None
+    placeholder: str  # as the driver wants it: "?" or "%s"
+    # the value bound to ids_in_list's parameter
+    id_list: Callable[[list[str]], object]
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The named statements of one engine; every field is one statement."""
+
+    dialect: Dialect
+    # enqueue: its turn, the one read of a batch's stored ids, one row of the INSERT
+    enqueue_turn: str | None
+    enqueue_find: str
+    enqueue_insert: str
+    enqueue_insert_row: str
+    # claim: the candidates in claim order, a lease that ran out for the last
+    # time, a new lease
+    claim_candidates: str
+    claim_expired_to_dead: str
+    claim_lease: str
+    # one message, and one message locked for the fenced check
+    message: str
+    message_locked: str
+    # the fence and the ACK in one statement
+    complete_ack: str
+    extend_lease: str
+    fail_dead: str
+    fail_retry: str
+    redrive_state: str
+    redrive_reset: str
+    # reads
+    status_counts: str
+    messages_all: str
+    messages_in_state: str
+    oldest_ready: str
+    dead_attempts: str
+    done_summary: str
+    done_percentile: str
+    expired_and_pruned: str
+    # prune
+    prune_chunk: str
+    prune_payload: str
+    prune_unknown_age: str
+    # receipts
+    receipt_turn: str | None
+    receipt_lookup: str
+    receipt_insert: str
+    receipt_all: str
+    # the server's clock
+    server_time: str | None
+
+
+def _statements(dialect: Dialect) -> Statements:
+    written = {
+        "enqueue_find": "SELECT event_id, payload, payload_sha256 FROM messages "
+        f"WHERE {dialect.ids_in_list}",
+        "enqueue_insert": "INSERT INTO messages"
+        " (event_id, payload, state, available_at, enqueued_at) VALUES ",
+        "enqueue_insert_row": "(?, ?, 'ready', ?, ?)",
+        "claim_candidates": """
+            SELECT event_id, attempts, generation, lease_until FROM messages
+            WHERE state IN ('ready', 'leased')
+              AND available_at <= ?
+              AND (state = 'ready' OR lease_until <= ?)
+            ORDER BY available_at, event_id
+            LIMIT ?"""
+        + dialect.claim_lock,
+        "claim_expired_to_dead": "UPDATE messages SET state = 'dead', "
+        "lease_until = NULL, last_error = ?, last_detail = ?, "
+        "expired_leases = expired_leases + 1 WHERE event_id = ?",
+        "claim_lease": """
+            UPDATE messages
+            SET state = 'leased', attempts = ?, generation = ?, lease_until = ?,
+                expired_leases = expired_leases + ?
+            WHERE event_id = ?""",
+        "message": f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE event_id = ?",
+        "message_locked": f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE event_id = ?"
+        + dialect.row_lock,
+        "complete_ack": "UPDATE messages SET state = 'done', lease_until = NULL, "
+        "done_at = ? WHERE event_id = ? AND generation = ? "
+        "AND state = 'leased' AND lease_until > ?",
+        "extend_lease": "UPDATE messages SET lease_until = ? "
+        "WHERE event_id = ? AND generation = ? "
+        "AND state = 'leased' AND lease_until > ?",
+        "fail_dead": "UPDATE messages SET state = 'dead', lease_until = NULL, "
+        "last_error = ?, last_detail = ? WHERE event_id = ?",
+        "fail_retry": """
+            UPDATE messages
+            SET state = 'ready', lease_until = NULL, available_at = ?,
+                last_error = ?, last_detail = ?
+            WHERE event_id = ?""",
+        "redrive_state": "SELECT state FROM messages WHERE event_id = ?"
+        + dialect.row_lock,
+        "redrive_reset": "UPDATE messages SET state = 'ready', attempts = 0, "
+        "available_at = ? WHERE event_id = ?",
+        "status_counts": "SELECT state, count(*) FROM messages GROUP BY state",
+        "messages_all": f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id",
+        "messages_in_state": f"SELECT {MESSAGE_COLUMNS} FROM messages "
+        "WHERE state = ? ORDER BY event_id",
+        "oldest_ready": "SELECT min(enqueued_at) FROM messages WHERE state = 'ready'",
+        "dead_attempts": "SELECT attempts, count(*) FROM messages "
+        "WHERE state = 'dead' GROUP BY attempts ORDER BY attempts",
+        "done_summary": "SELECT count(*), max(done_at - enqueued_at), "
+        f"coalesce(sum(done_at - enqueued_at), 0) {_TIMED}",
+        "done_percentile": f"SELECT done_at - enqueued_at AS seconds {_TIMED} "
+        "ORDER BY seconds LIMIT 1 OFFSET ?",
+        "expired_and_pruned": "SELECT coalesce(sum(expired_leases), 0), "
+        "count(payload_sha256) FROM messages",
+        "prune_chunk": "SELECT event_id, payload FROM messages "
+        "WHERE state = 'done' AND payload_sha256 IS NULL "
+        "AND done_at IS NOT NULL AND done_at <= ? "
+        "ORDER BY event_id LIMIT ?",
+        "prune_payload": "UPDATE messages SET payload = '{}', payload_sha256 = ? "
+        "WHERE event_id = ?",
+        "prune_unknown_age": "SELECT count(*) FROM messages "
+        "WHERE state = 'done' AND done_at IS NULL",
+        "receipt_lookup": "SELECT tenant, operation, payload, effect FROM receipts "
+        "WHERE tenant = ? AND operation = ?",
+        "receipt_insert": "INSERT INTO receipts (tenant, operation, payload, effect) "
+        "VALUES (?, ?, ?, ?)",
+        "receipt_all": "SELECT tenant, operation, payload, effect FROM receipts "
+        "ORDER BY tenant, operation",
+    }
+    for name, sql in written.items():
+        # No statement here holds a literal '?' or '%', so the driver's
+        # placeholder can be put in by a plain replacement.
+        assert "%" not in sql, name
+        written[name] = sql.replace("?", dialect.placeholder)
+    engine_own = ("enqueue_turn", "receipt_turn", "server_time")
+
+    def own(sql: str | None) -> str | None:
+        return None if sql is None else sql.replace("?", dialect.placeholder)
+
+    statements = Statements(
+        dialect=dialect,
+        enqueue_turn=own(dialect.enqueue_turn),
+        receipt_turn=own(dialect.receipt_turn),
+        server_time=own(dialect.server_time),
+        **written,
+    )
+    assert {f.name for f in fields(statements)} == {"dialect", *written, *engine_own}
+    return statements
+
+
+SQLITE: Final = _statements(
+    Dialect(
+        name="sqlite",
+        # one writer at a time: what a write transaction reads cannot change
+        claim_lock="",
+        row_lock="",
+        ids_in_list="event_id IN (SELECT value FROM json_each(?))",
+        enqueue_turn=None,
+        receipt_turn=None,
+        server_time=None,
+        placeholder="?",
+        id_list=json.dumps,
+    )
+)
+
+# On PostgreSQL a claim takes the rows it leases and skips rows another
+# transaction holds; a completion, failure or redrive locks its message's row
+# before checking it. Enqueues take turns on an advisory lock (its key is the
+# application id plus one), so that a duplicate or a conflict is decided as on
+# SQLite; receipts of one key take turns on two hashed keys, a key space apart.
+POSTGRESQL: Final = _statements(
+    Dialect(
+        name="postgresql",
+        claim_lock=" FOR UPDATE SKIP LOCKED",
+        row_lock=" FOR UPDATE",
+        ids_in_list="event_id = ANY(?)",
+        enqueue_turn="SELECT pg_advisory_xact_lock(1363373939)",
+        receipt_turn="SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))",
+        server_time="SELECT extract(epoch FROM clock_timestamp())::float8",
+        placeholder="%s",
+        id_list=list,
+    )
+)
