@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import sys
 import textwrap
-import time
 import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 from . import __version__, ledger
 from .clock import MAX_SECONDS, Clock, ModelClock
@@ -47,11 +44,10 @@ from .store import (
     MAX_LEASE_SECONDS,
     Store,
 )
-from .values import STATES, Message, Metrics
+from .cli_output import PROG, Progress, dead_table, print_json, status_table, wrap
 from .prometheus import exposition
-from .worker import WorkSummary, work
+from .worker import work
 
-PROG = "queue-core"
 DEFAULT_DB = "queue.sqlite3"
 MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
 
@@ -421,7 +417,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         with open_store(create=True) as store:
             # the CLI runs the reference application: its table lives beside the queue
             ledger.install(store)
-            _print_json(store.enqueue(batch).to_dict(), out)
+            print_json(store.enqueue(batch).to_dict(), out)
         return 0
     # One store (one connection) for the whole command, closed explicitly.
     with open_store(create=False) as store:
@@ -433,7 +429,7 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if args.command == "work":
         ledger.install(store)
         handler = Handler.with_categories(args.category)
-        progress = _Progress.for_run(quiet=args.quiet, as_json=args.json)
+        progress = Progress.for_run(quiet=args.quiet, as_json=args.json)
         summary = work(
             store,
             handler,
@@ -445,11 +441,11 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         if progress is not None:
             progress.finish(summary)
         if not args.quiet:
-            _print_json(summary.to_dict(), out)
+            print_json(summary.to_dict(), out)
     elif args.command == "metrics":
         out.write(exposition(store.metrics()))
     elif args.command == "prune":
-        _print_json(store.prune(args.older_than).to_dict(), out)
+        print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
         # The counts, the money and the metrics from one snapshot: they agree.
         snapshot, metrics = store.read(
@@ -463,13 +459,13 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
             data["metrics"] = {
                 k: v for k, v in metrics.to_dict().items() if k != "messages"
             }
-            _print_json(data, out)
+            print_json(data, out)
         else:
-            out.write(_status_table(snapshot, metrics))
+            out.write(status_table(snapshot, metrics))
     elif args.command == "dead":
         letters = store.dead_letters()
         if args.json:
-            _print_json(
+            print_json(
                 [
                     {
                         "event_id": m.event_id,
@@ -484,71 +480,9 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
                 out,
             )
         else:
-            out.write(_dead_table(letters))
+            out.write(dead_table(letters))
     elif args.command == "redrive":
-        _print_json({"redriven": store.redrive(args.event_ids)}, out)
-
-
-class _Progress:
-    """The worker's progress on stderr.
-
-    A line rewritten in place on a terminal, or JSON lines for scripts.
-    """
-
-    def __init__(self, stream: TextIO, *, as_json: bool, every: float) -> None:
-        self._stream, self._as_json, self._every = stream, as_json, every
-        self._started = time.monotonic()
-        # a terminal sees the line at once
-        self._shown = float("-inf") if not as_json else self._started
-        self._drawn = False
-
-    @classmethod
-    def for_run(cls, *, quiet: bool, as_json: bool) -> _Progress | None:
-        if quiet:
-            return None
-        if as_json:
-            return cls(sys.stderr, as_json=True, every=1.0)
-        # a person is watching; piped or redirected output stays clean
-        if sys.stderr.isatty():
-            return cls(sys.stderr, as_json=False, every=0.25)
-        return None
-
-    def __call__(self, summary: WorkSummary) -> None:
-        now = time.monotonic()
-        if now - self._shown >= self._every:
-            self._shown = now
-            self._show(summary)
-
-    def finish(self, summary: WorkSummary) -> None:
-        if self._as_json:
-            return  # the summary on stdout is the last word
-        if self._drawn:
-            self._show(summary)
-            self._stream.write("\n")
-            self._stream.flush()
-
-    def _show(self, summary: WorkSummary) -> None:
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        rate = summary.claimed / elapsed
-        if self._as_json:
-            self._stream.write(
-                json.dumps(
-                    {
-                        "progress": summary.to_dict(),
-                        "seconds": round(elapsed, 1),
-                        "per_second": round(rate, 1),
-                    }
-                )
-                + "\n"
-            )
-        else:
-            self._stream.write(
-                f"\r{PROG} work: {summary.claimed:,} claimed, {summary.done:,} done, "
-                f"{summary.retried:,} retried, {summary.dead:,} dead, "
-                f"{summary.lease_lost:,} lease lost ({rate:,.0f}/s)\x1b[K"
-            )
-            self._drawn = True
-        self._stream.flush()
+        print_json({"redriven": store.redrive(args.event_ids)}, out)
 
 
 def _read_batch(name: str) -> bytes:
@@ -571,7 +505,7 @@ def _read_batch(name: str) -> bytes:
 def _demo(as_json: bool, out: TextIO) -> int:
     result = run_demo()
     if as_json:
-        _print_json(result.to_dict(), out)
+        print_json(result.to_dict(), out)
         return 0
     labels = {
         "after_enqueue": "after enqueue",
@@ -581,7 +515,7 @@ def _demo(as_json: bool, out: TextIO) -> int:
         "after_redrive": "after redrive",
     }
     for step in result.steps:
-        out.write(_wrap(f"[t={step.now}] {step.text}", indent=9) + "\n")
+        out.write(wrap(f"[t={step.now}] {step.text}", indent=9) + "\n")
         if step.snapshot:
             # the counts, then the money under them
             label = f"    {labels[step.snapshot]}: "
@@ -589,73 +523,6 @@ def _demo(as_json: bool, out: TextIO) -> int:
             counts, money = format_snapshot(snapshot).split(" | ")
             out.write(f"{label}{counts}\n{' ' * len(label)}{money}\n")
     return 0
-
-
-def _wrap(text: str, *, indent: int, width: int = 88) -> str:
-    """``text`` in lines of at most ``width``, broken only after a ``;`` or ``:``."""
-    lines = [""]
-    for part in re.split(r"(?<=[;:]) ", text):
-        if lines[-1].strip() and len(lines[-1]) + 1 + len(part) > width:
-            lines.append(" " * indent)
-        lines[-1] += (" " if lines[-1].strip() else "") + part
-    return "\n".join(lines)
-
-
-def _print_json(value: Any, out: TextIO) -> None:
-    out.write(json.dumps(value, ensure_ascii=False) + "\n")
-
-
-def _status_table(snapshot: Report, metrics: Metrics) -> str:
-    data = snapshot.to_dict()
-    lines = ["state    messages"]
-    lines += [f"{state:<8} {data['messages'][state]:>8}" for state in STATES]
-    lines.append("")
-    age = metrics.oldest_ready_age
-    lines.append(f"oldest ready: {'none' if age is None else f'{age} s'}")
-    latency = metrics.enqueue_to_done
-    lines.append(
-        f"enqueue to done: p50 {latency.p50} s, p95 {latency.p95} s, "
-        f"max {latency.max} s over {latency.count} "
-        f"message{'s' if latency.count != 1 else ''}"
-        if latency.count
-        else "enqueue to done: no timed message yet"
-    )
-    dead = ", ".join(
-        f"{count} after {attempts} attempt{'s' if attempts != 1 else ''}"
-        for attempts, count in metrics.dead_attempts.items()
-    )
-    lines.append(f"dead: {dead or 'none'}")
-    lines.append(
-        f"expired leases taken over: {metrics.expired_leases}, "
-        f"pruned payloads: {metrics.pruned}"
-    )
-    effects = data["effects"]
-    lines.append("")
-    lines.append(f"effects: {effects['count']}, total_cents: {effects['total_cents']}")
-    if effects["by_category"]:
-        lines.append("category  total_cents")
-        lines += [
-            f"{name:<9} {cents:>11}" for name, cents in effects["by_category"].items()
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _dead_table(letters: list[Message]) -> str:
-    if not letters:
-        return "no dead letters\n"
-    # last_error as wide as the longest code shown, so that a row fits
-    width = max(len("last_error"), *(len(m.last_error or "") for m in letters))
-    lines = [
-        f"event_id  attempts  generation  {'last_error':<{width}}  payload (as stored)"
-    ]
-    for m in letters:
-        lines.append(
-            f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  "
-            f"{m.last_error or '':<{width}}  {m.payload}"
-        )
-        if m.last_detail:
-            lines.append(f"{'':<9} why: {m.last_detail}")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -340,10 +340,11 @@ _FAST_DECODER = json.JSONDecoder(
     parse_float=_finite_float,
 )
 # The everyday line's scanner: Python is called only for a float or a constant.
-# scan_once: undocumented in typeshed
-_FAST_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
-    parse_constant=_reject_constant, parse_float=_finite_float
-).scan_once  # type: ignore[attr-defined]
+# scan_once is undocumented in typeshed, hence getattr
+_FAST_SCAN: Callable[[str, int], tuple[Any, int]] = getattr(
+    json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float),
+    "scan_once",
+)
 
 
 def _no_default(value: Any) -> Any:

@@ -72,7 +72,8 @@ class Report:
 
     @property
     def messages(self) -> Mapping[str, int]:
-        return self.queue.to_dict()["messages"]  # type: ignore[no-any-return]
+        counts: Mapping[str, int] = self.queue.to_dict()["messages"]
+        return counts
 
     @property
     def effects_count(self) -> int:

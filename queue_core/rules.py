@@ -9,7 +9,6 @@ a reader can find every number the protocol lives by in one place.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from .errors import HandlerFailure, PermanentFailure

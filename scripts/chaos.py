@@ -18,9 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from queue_core import StorageError
-from queue_core.testing import chaos
+# the repository's proof package (not installed with queue_core) sits beside scripts/
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from queue_core import StorageError  # noqa: E402
+from proof import chaos  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

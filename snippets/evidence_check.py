@@ -10,7 +10,9 @@ two states a worker that commits its effect and its ACK separately leaves
 behind (a done message without its effect, an effect without a done
 message), and the checker names them.
 
-Run: python evidence_check.py   (needs queue_core; leaves nothing behind)
+Run it in a clone of queue_core's repository, from its root (the checker is
+the repository's proof package, not installed with queue_core):
+PYTHONPATH=. python snippets/evidence_check.py   (leaves nothing behind)
 """
 
 import json
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from queue_core import ModelClock, Store, ledger
 from queue_core.testing.child import run_crashing
-from queue_core.testing.invariants import check_invariants, finish_queue
+from proof.invariants import check_invariants, finish_queue
 
 EVENTS = {
     "E0001": {"category": "book", "amount_cents": 10000},

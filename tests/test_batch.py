@@ -38,7 +38,7 @@ from queue_core import (
     work,
 )
 from queue_core.store import HANDLER_ERROR, LEASE_EXPIRED, MAX_BATCH
-from queue_core.testing.invariants import check_invariants, read_file
+from proof.invariants import check_invariants, read_file
 
 from .support import batch, line, money
 

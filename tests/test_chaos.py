@@ -1,7 +1,7 @@
 """Random SIGKILLs of real queue-core processes, and eight workers on one write lock.
 
-``queue_core.testing.chaos.chaos`` (the quick run; ``python scripts/chaos.py --long``
-for a deeper one) and ``queue_core.testing.chaos.contention``. Each run leaves a
+``proof.chaos.chaos`` (the quick run; ``python scripts/chaos.py --long``
+for a deeper one) and ``proof.chaos.contention``. Each run leaves a
 record in ``test-artifacts/evidence/`` that the page "How we know" shows.
 The random-kill run is made twice: on a new SQLite file, and against a fresh
 database of the session's real PostgreSQL server (tests/postgres_server.py).
@@ -19,9 +19,9 @@ import pytest
 
 from queue_core import Handler, ModelClock, Store, ledger, work
 from queue_core.store import BUSY_TIMEOUT_MS
-from queue_core.testing import records
-from queue_core.testing.chaos import QUICK, ChaosResult, ContentionResult, _unique_key_refusals, chaos, contention
-from queue_core.testing.invariants import check_invariants, read_file
+from proof import records
+from proof.chaos import QUICK, ChaosResult, ContentionResult, _unique_key_refusals, chaos, contention
+from proof.invariants import check_invariants, read_file
 
 from .postgres_server import PORT, SERVER_USER, Cluster
 

@@ -1,6 +1,6 @@
 """The crash matrix: every write operation, dying at every fault point, two ways.
 
-``queue_core.testing.matrix.crash_matrix`` runs each operation (enqueue, claim, complete,
+``proof.matrix.crash_matrix`` runs each operation (enqueue, claim, complete,
 also under idempotency receipts, fail temporary and permanent, redrive, and the
 batched path's claim_many and complete_many) in a real child process that dies at
 each probe point the operation reaches (``store.PROBE_POINTS``), at every time it
@@ -38,8 +38,8 @@ import queue_core
 from queue_core import Handler, ModelClock, Store, cli, ledger
 from queue_core.store import BATCH_OPERATIONS, OPERATIONS, PROBE_POINTS
 from queue_core.values import Lease
-from queue_core.testing import records
-from queue_core.testing.chaos import QUEUE_CORE
+from proof import records
+from proof.chaos import QUEUE_CORE
 from queue_core.testing.child import (
     CRASH_EXIT_CODE,
     NOT_REACHED_EXIT_CODE,
@@ -50,8 +50,8 @@ from queue_core.testing.child import (
     run_crashing,
 )
 from queue_core.testing.faults import FaultPlan
-from queue_core.testing.invariants import FileState, check_invariants, finish_queue, losses_and_doubles, read_file
-from queue_core.testing.matrix import (
+from proof.invariants import FileState, check_invariants, finish_queue, losses_and_doubles, read_file
+from proof.matrix import (
     COMMITTED,
     DEMO_EVENTS,
     RECEIPT_EVENTS,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from queue_core.database import MIN_SQLITE
 from queue_core.demo import DEMO_BATCH
+from queue_core.engines.sqlite import MIN_SQLITE
 
 from .console import sessions
 
@@ -91,12 +91,25 @@ def test_a_new_reader_meets_start_here_first() -> None:
 
 
 def test_the_schema_reference_shows_every_schema_file_whole() -> None:
-    """The overview names the tables and links here; the reference shows each file whole."""
+    """The overview names the tables and links here; the reference shows each file whole.
+
+    Every numbered migration of each engine, in order (a new one is found by the
+    glob), and the reference application's two files.
+    """
     schema_page = (DOCS / "reference" / "schema.md").read_text(encoding="utf-8")
-    sql_files = sorted(path.name for path in (DOCS.parent / "queue_core").glob("*.sql"))
-    assert len(sql_files) >= 5, sql_files
-    for name in sql_files:
-        assert f'```sql title="queue_core/{name}"\n--8<-- "queue_core/{name}"\n```' in schema_page, name
+    engines = ROOT / "queue_core" / "engines"
+    migrations = [
+        sorted(path.relative_to(ROOT).as_posix() for path in (engines / folder).glob("*.sql"))
+        for folder in ("sqlite_migrations", "postgres_migrations")
+    ]
+    assert all(len(files) >= 2 for files in migrations), migrations
+    ledgers = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "queue_core").glob("*.sql"))
+    assert ledgers == ["queue_core/ledger.sql", "queue_core/ledger_postgres.sql"]
+    for name in [*migrations[0], *migrations[1], *ledgers]:
+        assert f'```sql title="{name}"\n--8<-- "{name}"\n```' in schema_page, name
+    for files in migrations:
+        places = [schema_page.index(f'--8<-- "{name}"') for name in files]
+        assert places == sorted(places), files
     assert "--8<--" not in OVERVIEW
     assert "(reference/schema.md)" in OVERVIEW
 

@@ -1,7 +1,7 @@
 """A real child process that dies inside a protocol transaction.
 
 Used by the demo, the crash tests, the crash matrix
-(``queue_core.testing.matrix``) and your own experiments:
+(``proof.matrix``) and your own experiments:
 ``python -m queue_core.testing.child OPERATION DB ...`` opens the database with
 a ``FaultPlan`` probe armed at one point, runs one write operation (enqueue,
 claim, complete, fail, redrive, or a batch: claim_many, complete_many) and
@@ -52,6 +52,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..clock import ModelClock
 from ..errors import QueueError
@@ -198,7 +199,7 @@ def child_command(
 
 
 def run_crashing(
-    db: str | Path, operation: str, *, capture: bool = False, **options: object
+    db: str | Path, operation: str, *, capture: bool = False, **options: Any
 ) -> int:
     """Run ``operation`` in a child that dies at ``point``; return its exit status.
 
@@ -206,7 +207,7 @@ def run_crashing(
     for ``how="exit"`` and ``-signal.SIGKILL`` for ``how="sigkill"``.
     With ``capture``, the child's output is swallowed (the crash matrix runs many).
     """
-    command = child_command(db, operation, **options)  # type: ignore[arg-type]
+    command = child_command(db, operation, **options)
     output = subprocess.DEVNULL if capture else None
     return subprocess.run(command, check=False, stdout=output, stderr=output).returncode
 

@@ -35,14 +35,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import ledger
-from ..clock import ModelClock
-from ..receipts import ReceiptHandler
-from ..store import LEASE_EXPIRED, PROBE_POINTS, Store
-from ..values import Lease
-from ..worker import work
-from .child import CRASH_EXIT_CODE, HOWS, child_command
-from .invariants import (
+from queue_core import ledger
+from queue_core.clock import ModelClock
+from queue_core.receipts import ReceiptHandler
+from queue_core.store import LEASE_EXPIRED, PROBE_POINTS, Store
+from queue_core.values import Lease
+from queue_core.worker import work
+from queue_core.testing.child import CRASH_EXIT_CODE, HOWS, child_command
+from proof.invariants import (
     FileState,
     Payload,
     check_invariants,

@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import ledger
-from ..engines import is_postgres_url
-from ..engines.postgres import safe_url
-from ..clock import ModelClock
-from ..receipts import ReceiptHandler
-from ..store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Store
-from ..values import Message
-from ..worker import work
+from queue_core import ledger
+from queue_core.engines import is_postgres_url
+from queue_core.clock import ModelClock
+from queue_core.receipts import ReceiptHandler
+from queue_core.store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Store
+from queue_core.values import Message
+from queue_core.worker import work
 
 if TYPE_CHECKING:
     import psycopg

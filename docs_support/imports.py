@@ -23,7 +23,7 @@ def module_name(path: Path, root: Path) -> str:
 
 def import_graph(root: Path | None = None) -> dict[str, set[str]]:
     """For each module of the package (``__init__`` files left out), the package modules it imports."""
-    root = root or Path(__file__).resolve().parent.parent
+    root = root or Path(__file__).resolve().parent.parent / PACKAGE
     modules = {
         module_name(p, root): p
         for p in sorted(root.rglob("*.py"))

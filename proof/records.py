@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# queue_core/, whose code a record is made for
-PACKAGE = Path(__file__).resolve().parent.parent
+# queue_core/, whose code a record is made for, and this proof machinery
+PACKAGE = Path(__file__).resolve().parent.parent / "queue_core"
+PROOF = Path(__file__).resolve().parent
 
 __all__ = ["Record", "fingerprint", "load_record", "recorded", "save_record"]
 
@@ -33,13 +34,13 @@ def fingerprint() -> str:
     """A short hash of queue_core's code, schemas and proof machinery: a record is fresh only for the same code."""
     digest = hashlib.sha256()
     files = [
-        *PACKAGE.glob("*.py"),
-        *PACKAGE.glob("*.sql"),
-        *(PACKAGE / "testing").glob("*.py"),
+        *PACKAGE.rglob("*.py"),
+        *PACKAGE.rglob("*.sql"),
+        *PROOF.glob("*.py"),
     ]
     for path in sorted(files):
         digest.update(
-            path.relative_to(PACKAGE).as_posix().encode()
+            path.relative_to(PACKAGE.parent).as_posix().encode()
             + b"\0"
             + path.read_bytes()
             + b"\0"

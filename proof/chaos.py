@@ -31,13 +31,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from .. import ledger
-from ..engines import is_postgres_url
-from ..engines.postgres import safe_url
-from ..clock import ModelClock
-from ..store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
-from ..worker import WorkSummary
-from .invariants import (
+from queue_core import ledger
+from queue_core.engines import is_postgres_url
+from queue_core.engines.postgres import safe_url
+from queue_core.clock import ModelClock
+from queue_core.store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
+from queue_core.worker import WorkSummary
+from proof.invariants import (
     FileState,
     Payload,
     check_invariants,
@@ -45,7 +45,7 @@ from .invariants import (
     losses_and_doubles,
     read_file,
 )
-from .matrix import BOOK, PEN, START, TOY, batch_text, work_folder
+from proof.matrix import BOOK, PEN, START, TOY, batch_text, work_folder
 
 __all__ = [
     "LONG",

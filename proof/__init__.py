@@ -1,0 +1,13 @@
+"""The proof machinery of queue_core, for its own repository: not in the wheel.
+
+* ``invariants``: read a queue and check what must always hold;
+* ``matrix``: the crash matrix, every point of every write operation, each
+  with a real child process that dies there;
+* ``chaos``: random kills of real worker processes, and lock contention;
+* ``records``: what those runs found, kept (JSON, in a folder the caller
+  names) with a fingerprint of the code they ran on, for the page "How we know".
+
+What a user needs for their own tests stays in the package:
+``queue_core.testing.faults`` (the fault probe), ``queue_core.testing.child``
+(a real process that dies at a named point) and ``queue_core.ModelClock``.
+"""

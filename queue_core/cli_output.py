@@ -1,0 +1,148 @@
+"""What the command line prints: the progress line, the status and dead-letter tables, JSON.
+
+Plain text of fixed width (the pages show it), built from the values the
+store returns; nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from typing import Any, TextIO
+
+from .ledger import Report
+from .values import STATES, Message, Metrics
+from .worker import WorkSummary
+
+PROG = "queue-core"
+
+
+class Progress:
+    """The worker's progress on stderr.
+
+    A line rewritten in place on a terminal, or JSON lines for scripts.
+    """
+
+    def __init__(self, stream: TextIO, *, as_json: bool, every: float) -> None:
+        self._stream, self._as_json, self._every = stream, as_json, every
+        self._started = time.monotonic()
+        # a terminal sees the line at once
+        self._shown = float("-inf") if not as_json else self._started
+        self._drawn = False
+
+    @classmethod
+    def for_run(cls, *, quiet: bool, as_json: bool) -> Progress | None:
+        if quiet:
+            return None
+        if as_json:
+            return cls(sys.stderr, as_json=True, every=1.0)
+        # a person is watching; piped or redirected output stays clean
+        if sys.stderr.isatty():
+            return cls(sys.stderr, as_json=False, every=0.25)
+        return None
+
+    def __call__(self, summary: WorkSummary) -> None:
+        now = time.monotonic()
+        if now - self._shown >= self._every:
+            self._shown = now
+            self._show(summary)
+
+    def finish(self, summary: WorkSummary) -> None:
+        if self._as_json:
+            return  # the summary on stdout is the last word
+        if self._drawn:
+            self._show(summary)
+            self._stream.write("\n")
+            self._stream.flush()
+
+    def _show(self, summary: WorkSummary) -> None:
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        rate = summary.claimed / elapsed
+        if self._as_json:
+            self._stream.write(
+                json.dumps(
+                    {
+                        "progress": summary.to_dict(),
+                        "seconds": round(elapsed, 1),
+                        "per_second": round(rate, 1),
+                    }
+                )
+                + "\n"
+            )
+        else:
+            self._stream.write(
+                f"\r{PROG} work: {summary.claimed:,} claimed, {summary.done:,} done, "
+                f"{summary.retried:,} retried, {summary.dead:,} dead, "
+                f"{summary.lease_lost:,} lease lost ({rate:,.0f}/s)\x1b[K"
+            )
+            self._drawn = True
+        self._stream.flush()
+
+
+def wrap(text: str, *, indent: int, width: int = 88) -> str:
+    """``text`` in lines of at most ``width``, broken only after a ``;`` or ``:``."""
+    lines = [""]
+    for part in re.split(r"(?<=[;:]) ", text):
+        if lines[-1].strip() and len(lines[-1]) + 1 + len(part) > width:
+            lines.append(" " * indent)
+        lines[-1] += (" " if lines[-1].strip() else "") + part
+    return "\n".join(lines)
+
+
+def print_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, ensure_ascii=False) + "\n")
+
+
+def status_table(snapshot: Report, metrics: Metrics) -> str:
+    data = snapshot.to_dict()
+    lines = ["state    messages"]
+    lines += [f"{state:<8} {data['messages'][state]:>8}" for state in STATES]
+    lines.append("")
+    age = metrics.oldest_ready_age
+    lines.append(f"oldest ready: {'none' if age is None else f'{age} s'}")
+    latency = metrics.enqueue_to_done
+    lines.append(
+        f"enqueue to done: p50 {latency.p50} s, p95 {latency.p95} s, "
+        f"max {latency.max} s over {latency.count} "
+        f"message{'s' if latency.count != 1 else ''}"
+        if latency.count
+        else "enqueue to done: no timed message yet"
+    )
+    dead = ", ".join(
+        f"{count} after {attempts} attempt{'s' if attempts != 1 else ''}"
+        for attempts, count in metrics.dead_attempts.items()
+    )
+    lines.append(f"dead: {dead or 'none'}")
+    lines.append(
+        f"expired leases taken over: {metrics.expired_leases}, "
+        f"pruned payloads: {metrics.pruned}"
+    )
+    effects = data["effects"]
+    lines.append("")
+    lines.append(f"effects: {effects['count']}, total_cents: {effects['total_cents']}")
+    if effects["by_category"]:
+        lines.append("category  total_cents")
+        lines += [
+            f"{name:<9} {cents:>11}" for name, cents in effects["by_category"].items()
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def dead_table(letters: list[Message]) -> str:
+    if not letters:
+        return "no dead letters\n"
+    # last_error as wide as the longest code shown, so that a row fits
+    width = max(len("last_error"), *(len(m.last_error or "") for m in letters))
+    lines = [
+        f"event_id  attempts  generation  {'last_error':<{width}}  payload (as stored)"
+    ]
+    for m in letters:
+        lines.append(
+            f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  "
+            f"{m.last_error or '':<{width}}  {m.payload}"
+        )
+        if m.last_detail:
+            lines.append(f"{'':<9} why: {m.last_detail}")
+    return "\n".join(lines) + "\n"
