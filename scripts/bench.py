@@ -299,7 +299,10 @@ class PostgresDatabases:
         from tests import postgres_server
 
         self._server = postgres_server
-        self.cluster = postgres_server.Cluster(postgres_server.find_bindir())  # type: ignore[arg-type]
+        # each log line names its database: round_trips() counts one database's statements
+        self.cluster = postgres_server.Cluster(
+            postgres_server.find_bindir(),  # type: ignore[arg-type]
+            settings=("log_line_prefix = '%d '",))
         self.cluster.start()
         self.version = ""
         import psycopg  # type: ignore[import-not-found]
@@ -331,6 +334,39 @@ class PostgresDatabases:
             if conn.execute("SELECT n FROM counter").fetchone()[0] != commits:
                 raise SystemExit("postgresql raw: a commit was lost")
         return commits / seconds[0]
+
+    def round_trips(self, messages: int) -> dict[str, float]:
+        """Statements the server received per message, read from its statement log.
+
+        One worker (``work`` with the ledger's handler) drains ``messages``
+        messages. psycopg sends each statement in one round trip, so the
+        count per message is the round trips per message, BEGIN and COMMIT
+        included. (pg_stat_statements of PostgreSQL 15 misses BEGIN and COMMIT
+        sent over the extended protocol, so the log is read instead.)
+        """
+        import psycopg
+
+        url = self.new_database()
+        fill_queue(url, messages)
+        name = url.split("/")[3].split("?")[0]
+        with psycopg.connect(self.cluster.conninfo(), autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" SET log_statement = \'all\'')
+        start = self.cluster.log.stat().st_size
+        with Store(url, clock=ModelClock(NOW)) as store:
+            summary = work(store, Handler(), lease_seconds=600)
+        if summary.done != messages:
+            raise SystemExit(f"round trips: {summary.done} of {messages} done")
+        with open(self.cluster.log, encoding="utf-8", errors="replace") as log:
+            log.seek(start)
+            lines = [line for line in log if line.startswith(f"{name} ") and
+                     ("LOG:  statement: " in line or "LOG:  execute " in line)]
+        counts: dict[str, int] = {}
+        for line in lines:
+            text = line.split("LOG:  ", 1)[1].split(": ", 1)[1]
+            kind = " ".join(text.split()[:3]) or "(a statement written over several lines)"
+            counts[kind] = counts.get(kind, 0) + 1
+        per_kind = {kind: count / messages for kind, count in counts.items()}
+        return dict(sorted(per_kind.items(), key=lambda item: -item[1]))
 
     def new_database(self) -> str:
         name = self.cluster.create_database()
@@ -553,6 +589,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
     # an idle server still writes (checkpoints), and those writes would share
     # the disk with SQLite's fsyncs.
     postgres_server: PostgresDatabases | None = None
+    round_trips: dict[str, float] = {}
     postgres_jobs: list[tuple[str, Callable[[Path], None]]] = []
     postgres_skipped = PostgresDatabases.unavailable() if postgres else "not asked for"
     if postgres_skipped is None:
@@ -586,6 +623,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
             postgres_server = PostgresDatabases()
             try:
                 rounds_of("pg", postgres_jobs)
+                round_trips = postgres_server.round_trips(min(messages, 1000))
             finally:
                 postgres_server.stop()
         claim_seconds = {str(rows): measure_claim_history(Path(tmp), rows) for rows in history}
@@ -635,7 +673,10 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
                     for name, (value, target) in targets.items()},
         "peers": with_peers,
         "postgresql": ({"server": postgres_server.version, "fsync": "on", "synchronous_commit": "on",
-                        "connection": "Unix socket"} if postgres_server is not None
+                        "connection": "Unix socket",
+                        "round_trips_per_message": round(sum(round_trips.values()), 2),
+                        "round_trips_by_statement": {kind: round(n, 3) for kind, n in round_trips.items()}}
+                       if postgres_server is not None
                        else {"skipped": postgres_skipped}),
     }
 

@@ -121,6 +121,8 @@ class Cluster:
     root: Path = field(init=False)  # the temporary directory: socket, log, data/
     user: pwd.struct_passwd | None = field(init=False)
     timings: dict[str, float] = field(default_factory=dict)
+    # extra lines for postgresql.conf (the benchmark loads pg_stat_statements)
+    settings: tuple[str, ...] = ()
     _numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1), init=False)
     _running: bool = field(default=False, init=False)
 
@@ -184,7 +186,8 @@ class Cluster:
                        f"port = {PORT}\n"
                        "fsync = on\n"
                        "synchronous_commit = on\n"
-                       "full_page_writes = on\n")
+                       "full_page_writes = on\n"
+                       + "".join(f"{line}\n" for line in self.settings))
         initialized = time.monotonic()
         self.timings["initdb"] = initialized - began
         self._running = True  # from here on, stop() must try to stop it
