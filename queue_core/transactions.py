@@ -183,9 +183,11 @@ class Transactions:
         self.engine.close(conn, quiet=True)
 
     def _discard_unless_usable(self, conn: Connection, exc: StorageError) -> None:
-        if exc.code in _CONNECTION_STAYS_USABLE:
-            return
-        # after an I/O error or a full disk, start afresh
+        if exc.code not in _CONNECTION_STAYS_USABLE:
+            self._discard(conn)  # after an I/O error or a full disk, start afresh
+
+    def _discard(self, conn: Connection) -> None:
+        """Close ``conn`` and forget it; this thread's next transaction opens another."""
         with self._registry:
             if conn in self._connections:
                 self._connections.remove(conn)
