@@ -1,11 +1,12 @@
 -- The ledger for PostgreSQL (ledger.sql on SQLite): the reference
 -- application's effect, one row per paid event. It belongs to the
--- application, not to the queue: schema_postgres.sql never mentions it. The
+-- application, not to the queue: the queue's migrations never mention it. The
 -- foreign key ties an effect to the message that made it; the primary key
 -- makes a second effect for one event unstorable.
 --
--- Run it in one transaction after schema_postgres.sql (the same transaction
--- or a later one): the same advisory lock makes concurrent installs take turns.
+-- Run it in one transaction once the queue exists (Store(url) creates it):
+-- the advisory lock the queue's migrations run under makes concurrent
+-- installs take turns.
 
 SELECT pg_advisory_xact_lock(1363373938);
 

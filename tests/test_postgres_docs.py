@@ -25,15 +25,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from queue_core import BatchRejected, EnqueueResult, Handler, ModelClock, StorageError, Store, engine_postgres, ledger
+from queue_core import BatchRejected, EnqueueResult, Handler, ModelClock, StorageError, Store, ledger, receipts
+from queue_core.engines.postgres import PostgresConnection, PostgresEngine
 from queue_core.envelope import parse_batch
-from queue_core.store import Tx
+from queue_core.statements import POSTGRESQL
+from queue_core.transactions import Tx
 
 from . import test_compared
 from .markdown_docs import prepare
@@ -192,51 +194,63 @@ def test_without_working_locks_two_workers_pay_one_message(tmp_path: Path) -> No
 # ------------------------------------------------ the statements the page prints
 
 class Recorder:
-    """The page's stand-in connection: keeps each statement as psycopg would receive it,
-    and answers it from an SQLite queue in the same state."""
+    """The page's stand-in connection (a queue_core.engines.Connection): keeps each statement
+    as psycopg receives it, and answers it from an SQLite queue in the same state."""
 
-    engine = "postgresql"
     in_transaction = True
 
     def __init__(self, lite: sqlite3.Connection) -> None:
         self.lite = lite
         self.sent: list[tuple[str, Any]] = []
 
-    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
-        self.sent.append((engine_postgres.translate(sql), params))
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        self.sent.append((sql, parameters))
         if "pg_advisory_xact_lock" in sql or "= ANY(" in sql:
             return self.lite.execute("SELECT 1 WHERE 0")
         if "clock_timestamp" in sql:
-            return self.lite.execute("SELECT 1000")
-        return self.lite.execute(re.sub(r" FOR UPDATE( SKIP LOCKED)?", "", sql), params)
+            return self.lite.execute("SELECT 1000.0")
+        return self.lite.execute(re.sub(r" FOR UPDATE( SKIP LOCKED)?", "", sql).replace("%s", "?"), parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> None:
+        for one in parameters:
+            self.execute(sql, one)
+
+    def close(self) -> None:
+        pass
+
+
+def record_receipt(tx: Tx) -> receipts.Recorded:
+    return receipts.record(tx, "north", "op-1", {"amount_cents": 10000}, lambda: "E0001")
 
 
 def test_the_statements_on_the_page_are_what_a_real_server_receives(
         tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     batch = (LINE % ("E0001", 10000)).encode()
     stand_in: dict[str, list[tuple[str, Any]]] = {}
+    engine = PostgresEngine("postgresql://stand-in/db", busy_timeout_ms=1000)  # connects to nothing
     with Store(tmp_path / "queue.sqlite3", clock=ModelClock(1000)) as code_only:
         ledger.install(code_only)
-        lite = sqlite3.connect(code_only.path, isolation_level=None)
+        lite = sqlite3.connect(code_only.target, isolation_level=None)
 
-        def recorded(name: str, run: Callable[[Tx, Recorder], Any]) -> Any:
+        def recorded(name: str, run: Callable[[Tx], Any], server_clock: bool = False) -> Any:
             recorder = Recorder(lite)
-            result = run(Tx(recorder, ModelClock(1000)), recorder)  # type: ignore[arg-type]
+            result = run(Tx(recorder, engine, ModelClock(1000), server_clock=server_clock))
             stand_in[name] = recorder.sent
             return result
 
-        recorded("enqueue", lambda tx, r: code_only.enqueue_tx(tx, parse_batch(batch)))
-        lease = recorded("claim", lambda tx, r: code_only.claim_tx(tx, 30))
-        recorded("complete", lambda tx, r: code_only._complete_with(tx, lease, Handler()))
-        recorded("now", lambda tx, r: engine_postgres.Connection.server_now(r))  # type: ignore[arg-type]
+        recorded("enqueue", lambda tx: code_only.enqueue_tx(tx, parse_batch(batch)))
+        lease = recorded("claim", lambda tx: code_only.claim_tx(tx, 30))
+        recorded("complete", lambda tx: code_only._complete_with(tx, lease, Handler()))
+        recorded("now", lambda tx: tx.now(), server_clock=True)
+        recorded("receipt", record_receipt)
         lite.close()
 
     sent: list[tuple[str, Any]] = []
-    original = engine_postgres.Connection.execute
+    original = PostgresConnection.execute
 
-    def keep(self: engine_postgres.Connection, sql: str, params: Any = ()) -> Any:
-        sent.append((engine_postgres.translate(sql), params))
-        return original(self, sql, params)
+    def keep(self: PostgresConnection, sql: str, parameters: Any = (), /) -> Any:
+        sent.append((sql, parameters))
+        return original(self, sql, parameters)
 
     def between_begin_and_commit(operation: Callable[[], object]) -> list[tuple[str, Any]]:
         sent.clear()
@@ -245,31 +259,41 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
         assert statements[0] == "BEGIN" and statements[-1] == "COMMIT", statements
         return sent[1:-1]
 
+    def in_a_transaction(store: Store, body: Callable[[Tx], object]) -> Callable[[], object]:
+        def run() -> None:
+            with store.transaction() as tx:
+                body(tx)
+        return run
+
     clock = ModelClock(1000)
     with Store(postgres_url, clock=clock) as store:
         ledger.install(store)
-        monkeypatch.setattr(engine_postgres.Connection, "execute", keep)
+        monkeypatch.setattr(PostgresConnection, "execute", keep)
         real = {
             "enqueue": between_begin_and_commit(lambda: store.enqueue(batch)),
             "claim": between_begin_and_commit(lambda: store.claim(30)),
             "complete": between_begin_and_commit(lambda: store.complete(lease, Handler())),
+            "receipt": between_begin_and_commit(in_a_transaction(store, record_receipt)),
         }
-        monkeypatch.setattr(engine_postgres.Connection, "execute", original)
+        monkeypatch.setattr(PostgresConnection, "execute", original)
         assert ledger.effects(store) == [("E0001", "book", 10000)]  # the real run did complete
+        assert [(r.tenant, r.operation, r.effect) for r in receipts.stored(store)] == [("north", "op-1", "E0001")]
     with Store(postgres_url) as server_clock:  # no clock given: the server's
-        monkeypatch.setattr(engine_postgres.Connection, "execute", keep)
-        sent.clear()
-        with server_clock.transaction() as tx:
-            tx.now()
-        real["now"] = [entry for entry in sent if "clock_timestamp" in entry[0]]
-        monkeypatch.setattr(engine_postgres.Connection, "execute", original)
+        monkeypatch.setattr(PostgresConnection, "execute", keep)
+        real["now"] = between_begin_and_commit(in_a_transaction(server_clock, lambda tx: tx.now()))
+        monkeypatch.setattr(PostgresConnection, "execute", original)
 
-    for operation in ("enqueue", "claim", "complete", "now"):
+    for operation in ("enqueue", "claim", "complete", "now", "receipt"):
         assert real[operation] == stand_in[operation], operation
-    # And the page's claims about them are not vacuous.
-    assert real["claim"][0][0].rstrip().endswith("FOR UPDATE SKIP LOCKED")
-    assert real["enqueue"][0][0] == "SELECT pg_advisory_xact_lock(%s)"
-    assert any(sql.endswith(" FOR UPDATE") for sql, _ in real["complete"])
+    # And the page's claims about them are not vacuous: they are the named statements.
+    assert real["claim"][0][0] == POSTGRESQL.claim_candidates
+    assert real["claim"][0][0].endswith(" FOR UPDATE SKIP LOCKED")
+    assert [sql for sql, _ in real["enqueue"][:2]] == [POSTGRESQL.enqueue_turn, POSTGRESQL.enqueue_find]
+    assert real["enqueue"][0][0].startswith("SELECT pg_advisory_xact_lock(")
+    assert POSTGRESQL.message_locked.endswith(" FOR UPDATE")
+    assert any(sql == POSTGRESQL.message_locked for sql, _ in real["complete"])
+    assert real["now"] == [(POSTGRESQL.server_time, ())]
+    assert real["receipt"][0] == (POSTGRESQL.receipt_turn, ("north", "op-1"))
 
 
 # ---------------------------------------------------- enqueues take turns
@@ -321,13 +345,13 @@ def test_concurrent_enqueues_of_one_event_take_turns(postgres_url: str, second_p
 
 
 def test_without_the_advisory_lock_a_concurrent_insert_fails_on_the_key(postgres_url: str) -> None:
-    # The negative control: the enqueue's read and INSERT without the lock, on two connections.
+    # The negative control: the enqueue's read and INSERT without its turn, on two connections.
     Store(postgres_url, clock=ModelClock(1000)).close()  # the schema
-    read = "SELECT event_id, payload FROM messages WHERE event_id = ANY(?)"
-    insert = "INSERT INTO messages (event_id, payload, state, available_at) VALUES (?, ?, 'ready', ?)"
-    row = ("E0001", '{"amount_cents":10000,"category":"book"}', 1000)
-    first = engine_postgres.Connection(postgres_url, busy_timeout_ms=30_000)
-    second = engine_postgres.Connection(postgres_url, busy_timeout_ms=30_000)
+    read = POSTGRESQL.enqueue_find
+    insert = POSTGRESQL.enqueue_insert + POSTGRESQL.enqueue_insert_row
+    row = ("E0001", '{"amount_cents":10000,"category":"book"}', 1000, 1000)
+    first = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
+    second = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
     errors: list[StorageError] = []
     try:
         for conn in (first, second):
