@@ -26,7 +26,7 @@ from .rules import (
     refusal,
 )
 from .transactions import Tx
-from .values import Completion, Lease, Message, Outcome
+from .values import Claimed, Completion, Lease, Message, Outcome
 
 
 class Completions(Reads):
@@ -94,6 +94,74 @@ class Completions(Reads):
             raise
         tx.conn.execute("RELEASE message")
         return result
+
+    def complete_message(self, claimed: Claimed, handler: Handler) -> Completion:
+        """Effect + ACK of what ``claim_message`` returned: the worker's path.
+
+        One transaction: ``handler(tx, message)`` writes the effect, then the
+        fenced ACK marks the message done only while the lease is its current,
+        unexpired lease; if fencing refuses, ``LeaseLost`` is raised and the
+        effect is rolled back with it. The message comes from the claim's own
+        statement, so there is no read before the effect: the ACK is the fence.
+        If the handler refuses the payload (or raises), the transaction is
+        rolled back and the refusal is recorded, fenced, in a second one.
+
+        :returns: the outcome: ``DONE``, ``RETRY`` or ``DEAD``.
+        :raises LeaseLost: the lease is no longer the message's current, unexpired
+            lease.
+        """
+        if not isinstance(claimed, Claimed):
+            raise TypeError(
+                "complete_message takes what claim_message returned, "
+                f"got {type(claimed).__name__}"
+            )
+        if not callable(handler):
+            raise TypeError(
+                "handler must be callable as handler(tx, message), "
+                f"got {type(handler).__name__}"
+            )
+        try:
+            return self._write(
+                "complete", lambda tx: self._effect_then_ack(tx, claimed, handler)
+            )
+        except _Refused as refused:
+            code, detail, permanent = refusal(refused.error)
+        return self._write(
+            "fail",
+            lambda tx: self._refuse(
+                tx, claimed.lease, code, detail, permanent=permanent
+            ),
+        )
+
+    def _effect_then_ack(
+        self, tx: Tx, claimed: Claimed, handler: Handler
+    ) -> Completion:
+        try:
+            handler(tx, claimed.message)
+        except Exception as exc:
+            raise _Refused(exc) from exc  # rolled back, then recorded on its own
+        self._at("complete.after_effect")
+        return self.ack_tx(tx, claimed.lease)
+
+    def ack_tx(self, tx: Tx, lease: Lease) -> Completion:
+        """The fence and the ACK in one statement, with the engine's clock.
+
+        Marks the message done only while ``lease`` is its current, unexpired
+        lease; otherwise raises ``LeaseLost`` saying why.
+        """
+        params = {
+            **tx.times(),
+            "event_id": lease.event_id,
+            "generation": lease.generation,
+        }
+        if tx.conn.execute(tx.sql.ack, params).rowcount != 1:
+            self.leased_tx(tx, lease)  # raises LeaseLost with the reason
+            raise LeaseLost(
+                f"{lease.event_id}: generation {lease.generation} "
+                "is no longer the current lease"
+            )
+        self._at("complete.after_update")
+        return Completion(lease.event_id, Outcome.DONE)
 
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
         """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
@@ -328,3 +396,11 @@ class Completions(Reads):
             )
         self._at(point)
         return outcome
+
+
+class _Refused(Exception):
+    """A handler's exception, carried out of the completion's transaction."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error

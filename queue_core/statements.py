@@ -11,6 +11,7 @@ never asks which engine it is on; the pages print the statements from here.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Final
@@ -49,6 +50,11 @@ class Dialect:
     placeholder: str  # as the driver wants it: "?" or "%s"
     # the value bound to ids_in_list's parameter
     id_list: Callable[[list[str]], object]
+    # the time in a statement with named parameters: now (whole seconds, rounded
+    # down) and a new lease's end (rounded up, plus :lease_seconds); where the
+    # engine has a clock of its own, a NULL parameter means "read it"
+    now: str
+    until: str
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,11 @@ class Statements:
     claim_candidates: str
     claim_expired_to_dead: str
     claim_lease: str
+    # the worker's path: leases up to :wanted messages and returns them, in one
+    # statement (a candidate whose last lease ran out goes to dead instead)
+    claim_messages: str
+    # the fence and the ACK, with named parameters and the engine's clock
+    ack: str
     # one message, and one message locked for the fenced check
     message: str
     message_locked: str
@@ -169,11 +180,47 @@ def _statements(dialect: Dialect) -> Statements:
         "receipt_all": "SELECT tenant, operation, payload, effect FROM receipts "
         "ORDER BY tenant, operation",
     }
+    # Named parameters (:name), for the statements whose time may be the engine's.
+    spent = "attempts >= :max_attempts"
+    named = {
+        "claim_messages": f"""
+            UPDATE messages SET
+              state = CASE WHEN {spent} THEN 'dead' ELSE 'leased' END,
+              attempts = CASE WHEN {spent} THEN attempts ELSE attempts + 1 END,
+              generation = CASE WHEN {spent} THEN generation ELSE generation + 1 END,
+              lease_until = CASE WHEN {spent} THEN NULL ELSE {dialect.until} END,
+              last_error = CASE WHEN {spent} THEN :lease_expired ELSE last_error END,
+              last_detail = CASE WHEN {spent}
+                THEN 'the lease of claim ' || CAST(attempts AS TEXT)
+                     || ' of ' || CAST(:max_attempts AS TEXT) || ' ended at '
+                     || coalesce(CAST(lease_until AS TEXT), 'None')
+                     || ' with no completion'
+                ELSE last_detail END,
+              expired_leases = expired_leases
+                + CASE WHEN {spent} OR state = 'leased' THEN 1 ELSE 0 END
+            WHERE event_id IN (
+              SELECT event_id FROM messages
+              WHERE state IN ('ready', 'leased')
+                AND available_at <= {dialect.now}
+                AND (state = 'ready' OR lease_until <= {dialect.now})
+              ORDER BY available_at, event_id
+              LIMIT :wanted{dialect.claim_lock})
+            RETURNING {MESSAGE_COLUMNS}""",
+        "ack": "UPDATE messages SET state = 'done', lease_until = NULL, "
+        f"done_at = {dialect.now} WHERE event_id = :event_id "
+        "AND generation = :generation "
+        f"AND state = 'leased' AND lease_until > {dialect.now}",
+    }
     for name, sql in written.items():
         # No statement here holds a literal '?' or '%', so the driver's
         # placeholder can be put in by a plain replacement.
         assert "%" not in sql, name
         written[name] = sql.replace("?", dialect.placeholder)
+    for name, sql in named.items():
+        assert "%" not in sql and "?" not in sql, name
+        written[name] = (
+            _PARAMETER.sub(r"%(\1)s", sql) if dialect.placeholder == "%s" else sql
+        )
     engine_own = ("enqueue_turn", "receipt_turn", "server_time")
 
     def own(sql: str | None) -> str | None:
@@ -190,6 +237,10 @@ def _statements(dialect: Dialect) -> Statements:
     return statements
 
 
+# a named parameter, :name (never inside the statements' string literals)
+_PARAMETER: Final = re.compile(r"(?<![:\w]):([a-z_]+)")
+
+
 SQLITE: Final = _statements(
     Dialect(
         name="sqlite",
@@ -202,6 +253,8 @@ SQLITE: Final = _statements(
         server_time=None,
         placeholder="?",
         id_list=json.dumps,
+        now=":now",
+        until=":until",
     )
 )
 
@@ -221,5 +274,11 @@ POSTGRESQL: Final = _statements(
         server_time="SELECT extract(epoch FROM clock_timestamp())::float8",
         placeholder="%s",
         id_list=list,
+        # statement_timestamp(): one reading for the whole statement
+        now="coalesce(CAST(:now AS BIGINT),"
+        " CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT))",
+        until="coalesce(CAST(:until AS BIGINT),"
+        " CAST(ceil(extract(epoch FROM statement_timestamp())) AS BIGINT)"
+        " + :lease_seconds)",
     )
 )

@@ -1,4 +1,9 @@
-"""The queue's protocol: every transaction over ``messages`` lives here.
+"""The queue's protocol: ``Store``, and its enqueue, claim, batches and redrive.
+
+The store is built in layers, one concept each: ``transactions.py`` (the
+runner), ``reads.py`` (reads and prune), ``completion.py`` (the fenced
+completions), then this module; ``rules.py`` holds the numbers they live by
+and ``statements.py`` every statement they run.
 
 One ``Store`` is one queue: one SQLite file, or one PostgreSQL database
 (``engines/`` holds what differs there). Each protocol operation is
@@ -58,8 +63,9 @@ from .rules import (
     lease_deadline,
     refusal,
 )
+from .reads import message_of
 from .transactions import Probe, Tx
-from .values import Completion, EnqueueResult, Lease, Outcome
+from .values import Claimed, Completion, EnqueueResult, Lease, Message, Outcome
 
 __all__ = [  # what the store's module offers, its own and the rules it runs by
     "BATCH_OPERATIONS",
@@ -352,6 +358,60 @@ class Store(Completions):
                 leases.append(lease)
         return leases
 
+    # ------------------------------------------------ the worker's claim
+
+    def claim_message(
+        self, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> Claimed | None:
+        """Lease the next available message and return it with the message: one statement.
+
+        The worker's path. It leases what ``claim`` leases, in the same order
+        and with the same rule for a lease that ran out for the last time, but
+        chooses and takes in one ``UPDATE ... RETURNING`` that commits by
+        itself (one round trip on PostgreSQL), and returns the message, so
+        that ``complete_message`` needs no read of its own.
+
+        :param lease_seconds: how long the lease lasts.
+        :returns: the lease and its message, or ``None`` if none is available now.
+        """
+        check_lease_seconds(lease_seconds)
+        claimed = self._alone(lambda tx: self.claim_messages_tx(tx, 1, lease_seconds))
+        return claimed[0] if claimed else None
+
+    def claim_messages_tx(
+        self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> list[Claimed]:
+        """Lease up to ``count`` messages with ``claim_messages``, in claim order."""
+        check_count(count)
+        check_lease_seconds(lease_seconds)
+        params: dict[str, object] = {
+            **tx.times(lease_seconds),
+            "max_attempts": self.max_attempts,
+            "lease_expired": LEASE_EXPIRED,
+        }
+        claimed: list[Claimed] = []
+        while len(claimed) < count:
+            wanted = count - len(claimed)
+            rows = tx.conn.execute(
+                tx.sql.claim_messages, {**params, "wanted": wanted}
+            ).fetchall()
+            # RETURNING gives no order: the claim order is available_at, event_id
+            taken = sorted(map(message_of, rows), key=_claim_order)
+            for message in taken:
+                if message.state == "leased" and message.lease_until is not None:
+                    lease = Lease(
+                        message.event_id,
+                        message.generation,
+                        message.attempts,
+                        message.lease_until,
+                    )
+                    claimed.append(Claimed(lease, message))
+            # fewer rows than wanted: nothing more is claimable now (a full set
+            # with dead ones in it: look again, as claim does)
+            if len(rows) < wanted:
+                break
+        return claimed
+
     # ------------------------------------------------------------- batches
 
     def claim_many(
@@ -475,3 +535,7 @@ class Store(Completions):
             self._at("redrive.after_update")
             done.append(event_id)
         return done
+
+
+def _claim_order(message: Message) -> tuple[int, str]:
+    return message.available_at, message.event_id

@@ -11,6 +11,7 @@ that stays busy past the engine's own wait is retried with backoff until
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -67,6 +68,21 @@ class Tx:
             return float(self.conn.execute(self._server_time).fetchone()[0])
         reading = getattr(self.clock, "time", None)
         return float(reading()) if callable(reading) else float(self.clock.now())
+
+    def times(self, lease_seconds: int = 0) -> dict[str, int | None]:
+        """The named time parameters of a statement: ``now``, ``until``, ``lease_seconds``.
+
+        With the engine's own clock they are left NULL and the statement reads
+        that clock itself (no round trip of their own).
+        """
+        if self._server_time is not None:
+            return {"now": None, "until": None, "lease_seconds": lease_seconds}
+        instant = self.instant()
+        return {
+            "now": math.floor(instant),
+            "until": math.ceil(instant) + lease_seconds,
+            "lease_seconds": lease_seconds,
+        }
 
     def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> Rows:
         """Run one statement of yours, with ``?`` placeholders, in this transaction.
@@ -342,6 +358,37 @@ class Transactions:
             raise
         finally:
             self._local.in_use = False
+
+    def _alone(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body``'s statements each as a transaction of its own (no BEGIN).
+
+        For an operation that is one statement: it commits by itself, in one
+        round trip, and a crash can only come before or after it. Called
+        inside a transaction of this thread, it gets a transaction of its own,
+        as every operation does.
+        """
+        if getattr(self._local, "in_use", False):
+            return self._write(None, body)
+
+        def once() -> T:
+            conn = self._thread_connection()
+            self._local.in_use = True
+            try:
+                with self.writer_turn():
+                    try:
+                        return body(self._tx(conn))
+                    except Exception as exc:
+                        translated = self.engine.storage_error(exc)
+                        if translated is not None:
+                            raise translated from exc
+                        raise
+            except StorageError as exc:
+                self._discard_unless_usable(conn, exc)
+                raise
+            finally:
+                self._local.in_use = False
+
+        return self._retry_busy(once)
 
     def _retry_busy(self, attempt: Callable[[], T]) -> T:
         # SQLite's busy handler sleeps and polls, which is unfair under

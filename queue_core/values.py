@@ -89,6 +89,18 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Claimed:
+    """A lease and the message it covers, as one claim statement returned them.
+
+    ``claim_message`` gives one, ``complete_message`` takes it back: the
+    worker's path, in which the message needs no second read.
+    """
+
+    lease: Lease
+    message: Message
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Counts of messages by stored state: the queue's part of ``status``."""
 

@@ -218,11 +218,12 @@ def _step(
             if leases
             else []
         )
-    lease = store.claim(lease_seconds)
-    if lease is None:
+    # the simple path: one statement to claim, one transaction to complete
+    claimed = store.claim_message(lease_seconds)
+    if claimed is None:
         return []
     try:
-        return [store.complete(lease, handler).outcome]
+        return [store.complete_message(claimed, handler).outcome]
     except LeaseLost:
         # Our lease ran out while we worked; the next claim will re-issue it.
         return [Outcome.LEASE_LOST]

@@ -33,7 +33,10 @@ from docs_support.publication import tracked_files
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "queue_core"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-SQL_FILES = sorted(p.name for p in PACKAGE.glob("*.sql"))
+# The reference application's tables, and each engine's numbered migrations (relative to the package).
+LEDGER_FILES = sorted(p.name for p in PACKAGE.glob("*.sql"))
+MIGRATION_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("engines/*_migrations/*.sql"))
+SQL_FILES = [*LEDGER_FILES, *MIGRATION_FILES]
 NAME_VERSION = f"queue_core-{queue_core.__version__}"
 
 
@@ -147,7 +150,14 @@ def test_the_long_description_is_the_readme(built: Built) -> None:
 
 
 def test_the_schema_files_the_marker_and_every_module_are_inside(built: Built) -> None:
-    assert SQL_FILES == ["ledger.sql", "ledger_postgres.sql", "receipts.sql", "schema.sql", "schema_postgres.sql"]
+    assert LEDGER_FILES == ["ledger.sql", "ledger_postgres.sql"]
+    # SQLite's migrations from version 1, PostgreSQL's from 2 (its support began there), with no gap
+    for folder, first in (("sqlite_migrations", 1), ("postgres_migrations", 2)):
+        numbers = [int(name.split("/")[-1].split("_")[0]) for name in MIGRATION_FILES
+                   if name.startswith(f"engines/{folder}/")]
+        assert numbers == list(range(first, first + len(numbers))) and len(numbers) >= 2, (folder, numbers)
+    # no SQL file anywhere else in the package
+    assert sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.sql")) == sorted(SQL_FILES)
     modules = sorted(p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
     for name in [*modules, *(f"queue_core/{sql}" for sql in SQL_FILES), "queue_core/py.typed"]:
         assert name in built.wheel_names, name

@@ -34,7 +34,7 @@ def test_readme_opens_with_what_it_is_then_install_then_a_first_program() -> Non
 def test_readme_states_the_versions_the_code_needs() -> None:
     import tomllib
 
-    from queue_core.database import MIN_SQLITE
+    from queue_core.engines.sqlite import MIN_SQLITE
 
     install = README.split("## Install", 1)[1].split("\n## ", 1)[0]
     major, minor, _ = MIN_SQLITE
