@@ -138,9 +138,13 @@ class Reads(Transactions):
 
 
 def message_of(row: Sequence[Any]) -> Message:
-    """A ``Message`` from a row of ``statements.MESSAGE_COLUMNS``."""
+    """A ``Message`` from a row of ``statements.MESSAGE_COLUMNS``.
+
+    The last column says whether prune removed the payload: 0/1 from SQLite, a
+    bool from PostgreSQL, or the hash itself (None: not pruned) after RETURNING.
+    """
     values = list(row)
-    values[-1] = bool(values[-1])  # pruned: SQLite says 0/1, PostgreSQL a bool
+    values[-1] = bool(values[-1])
     return Message(*values)
 
 

@@ -1,0 +1,201 @@
+"""The worker's path: ``claim_message`` and ``complete_message`` (what ``work()`` runs).
+
+Runs on both engines (tests/conftest.py, BOTH_ENGINES). The claim is one
+statement that must lease exactly what ``claim`` leases, in the same order,
+with the same rule for a lease that ran out for the last time; the completion
+has no read before the effect, so its fence is the ACK alone, and a refusal
+is recorded in a second transaction. A real process killed with SIGKILL
+between the effect and COMMIT leaves no effect behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queue_core import (
+    Handler,
+    LeaseLost,
+    ModelClock,
+    Outcome,
+    PermanentFailure,
+    Store,
+    TemporaryFailure,
+    ledger,
+    work,
+)
+from queue_core.values import Claimed, Lease
+
+
+def line(event_id: str, category: str = "book", cents: int = 100) -> str:
+    return json.dumps({"event_id": event_id, "payload": {"category": category, "amount_cents": cents}})
+
+
+def fill(store: Store, *ids: str) -> None:
+    store.enqueue("\n".join(line(event_id) for event_id in ids) + "\n")
+    ledger.install(store)
+
+
+def test_claim_message_leases_what_claim_leases_in_the_same_order(store: Store, tmp_path: Path,
+                                                                  clock: ModelClock) -> None:
+    # A twin queue (always SQLite) holds the same messages; claim runs on it,
+    # claim_message on the store under test, through expiries and a spent lease.
+    twin = Store(tmp_path / "twin.sqlite3", clock=clock)
+    try:
+        for queue in (store, twin):
+            queue.enqueue("\n".join(line(f"E{n:04d}") for n in (5, 3, 9, 1)) + "\n")
+        seen_claim, seen_message = [], []
+        for _ in range(14):  # 4 messages, 3 claims each, then nothing
+            lease = twin.claim(10)
+            claimed = store.claim_message(10)
+            seen_claim.append(lease)
+            seen_message.append(None if claimed is None else claimed.lease)
+            if claimed is not None:
+                assert claimed.message == store.message(claimed.lease.event_id)  # as stored now
+            clock.advance(11)  # every lease runs out
+        assert seen_message == seen_claim
+        # claim order (available_at, event_id): an expired lease is taken again
+        # first, and a spent one goes to dead inside the claim that finds it
+        assert seen_claim[:4] == [Lease("E0001", 1, 1, 1010), Lease("E0001", 2, 2, 1021),
+                                  Lease("E0001", 3, 3, 1032), Lease("E0003", 1, 1, 1043)]
+        assert sum(lease is not None for lease in seen_claim) == 12 and seen_claim[-2:] == [None, None]
+        # the spent leases went to dead with the same words and counts
+        assert store.claim_message(10) is None and twin.claim(10) is None
+        assert store.messages() == twin.messages()
+        assert {m.state for m in store.messages()} == {"dead"}
+    finally:
+        twin.close()
+
+
+def test_claim_message_takes_no_message_before_its_time(store: Store, clock: ModelClock) -> None:
+    fill(store, "E0001")
+    claimed = store.claim_message(30)
+    assert claimed is not None
+    assert store.claim_message(30) is None  # leased, not yet expired
+    clock.advance(29)
+    assert store.claim_message(30) is None
+    clock.advance(1)
+    again = store.claim_message(30)
+    assert again is not None and again.lease.generation == 2 and again.message.expired_leases == 1
+
+
+def test_complete_message_writes_the_effect_and_the_ack(store: Store) -> None:
+    fill(store, "E0001")
+    claimed = store.claim_message(30)
+    assert claimed is not None
+    assert store.complete_message(claimed, Handler()).outcome is Outcome.DONE
+    assert store.message("E0001").state == "done" and ledger.totals(store).count == 1
+
+
+def test_a_stale_generation_is_fenced_at_the_ack_and_its_effect_rolled_back(store: Store,
+                                                                           clock: ModelClock) -> None:
+    fill(store, "E0001")
+    first = store.claim_message(10)
+    clock.advance(10)  # its lease runs out; another worker takes the message
+    second = store.claim_message(10)
+    assert first is not None and second is not None
+    with pytest.raises(LeaseLost, match="generation 1 is stale"):
+        store.complete_message(first, Handler())
+    assert ledger.totals(store).count == 0  # the late effect was rolled back with the refused ACK
+    assert store.complete_message(second, Handler()).outcome is Outcome.DONE
+    assert ledger.totals(store).count == 1
+
+
+def test_an_expired_lease_is_fenced_even_when_no_one_claimed_again(store: Store, clock: ModelClock) -> None:
+    fill(store, "E0001")
+    claimed = store.claim_message(10)
+    assert claimed is not None
+    clock.advance(10)
+    with pytest.raises(LeaseLost, match="the lease ended at 1010"):
+        store.complete_message(claimed, Handler())
+    assert ledger.totals(store).count == 0 and store.message("E0001").state == "leased"
+
+
+@pytest.mark.parametrize("error, state, code", [
+    (PermanentFailure("no_such_sku", "unknown"), "dead", "no_such_sku"),
+    (TemporaryFailure("upstream_down", "later"), "ready", "upstream_down"),
+    (KeyError("oops"), "ready", "handler_error"),
+])
+def test_a_refusal_undoes_the_handlers_writes_and_is_recorded(store: Store, error: Exception, state: str,
+                                                               code: str) -> None:
+    fill(store, "E0001")
+    claimed = store.claim_message(30)
+    assert claimed is not None
+
+    def refusing(tx: Any, message: Any) -> None:
+        Handler()(tx, message)  # a partial effect, then the refusal
+        raise error
+
+    completion = store.complete_message(claimed, refusing)
+    assert (completion.outcome.value, completion.error) == ({"dead": "dead", "ready": "retry"}[state], code)
+    stored = store.message("E0001")
+    assert (stored.state, stored.last_error) == (state, code)
+    assert ledger.totals(store).count == 0
+
+
+def test_a_refusal_after_the_lease_was_lost_changes_nothing(store: Store, clock: ModelClock) -> None:
+    fill(store, "E0001")
+    first = store.claim_message(10)
+    clock.advance(10)
+    assert first is not None and store.claim_message(10) is not None
+
+    def refusing(tx: Any, message: Any) -> None:
+        raise PermanentFailure("bad", "refused late")
+
+    with pytest.raises(LeaseLost):
+        store.complete_message(first, refusing)
+    assert store.message("E0001").state == "leased"  # the second lease is untouched
+
+
+def test_wrong_arguments_are_refused_before_any_transaction(store: Store) -> None:
+    with pytest.raises(TypeError, match="takes what claim_message returned, got Lease"):
+        store.complete_message(Lease("E0001", 1, 1, 2000), Handler())  # type: ignore[arg-type]
+    fill(store, "E0001")
+    claimed = store.claim_message(30)
+    assert isinstance(claimed, Claimed)
+    with pytest.raises(TypeError, match="handler must be callable"):
+        store.complete_message(claimed, "ledger")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lease_seconds must be 1"):
+        store.claim_message(0)
+
+
+def test_the_worker_path_with_the_engines_own_clock(store: Store) -> None:
+    # No clock given: on PostgreSQL the statements read the server's clock
+    # themselves; on SQLite it is this host's clock.
+    fill(store, "E0001", "E0002")
+    with Store(store.target) as real_time:
+        claimed = real_time.claim_message(60)
+        assert claimed is not None and claimed.lease.lease_until > 1_700_000_000
+        assert real_time.complete_message(claimed, Handler()).outcome is Outcome.DONE
+        assert real_time.message("E0001").done_at is not None
+        assert work(real_time, Handler()).done == 1
+    assert ledger.totals(store).count == 2
+
+
+CRASHING_WORKER = """
+import os, signal, sys
+from queue_core import Handler, ModelClock, Store, work
+from queue_core.testing.faults import FaultPlan
+plan = FaultPlan().arm("complete.after_effect", lambda: os.kill(os.getpid(), signal.SIGKILL))
+store = Store(sys.argv[1], clock=ModelClock(1000), probe=plan)
+work(store, Handler(), lease_seconds=30)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_killed_between_effect_and_commit_leaves_no_effect(store: Store, clock: ModelClock) -> None:
+    fill(store, "E0001")
+    child = subprocess.run([sys.executable, "-c", CRASHING_WORKER, str(store.target)],
+                           capture_output=True, text=True, timeout=50)
+    assert child.returncode == -9, child.stderr  # SIGKILL, after the effect was written
+    assert ledger.totals(store).count == 0  # never committed
+    stored = store.message("E0001")
+    assert (stored.state, stored.attempts, stored.generation) == ("leased", 1, 1)  # the claim had committed
+    clock.advance(30)  # its lease runs out; a fresh worker finishes it, once
+    assert work(store, Handler()).done == 1
+    assert ledger.totals(store).count == 1 and store.message("E0001").expired_leases == 1
