@@ -40,6 +40,7 @@ from .store import (
 )
 from .transactions import Probe, Tx
 from .values import (
+    Claimed,
     Completion,
     EnqueueResult,
     Latency,
@@ -60,6 +61,7 @@ __all__ = [
     "Tx",
     "Lease",
     "Message",
+    "Claimed",
     "Outcome",
     "Completion",
     "EnqueueResult",

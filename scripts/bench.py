@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from queue_core import Handler, ModelClock, Store, ledger, work
+from queue_core import statements
 from queue_core.engines import sqlite as sqlite_engine
 from queue_core.envelope import MAX_LINES, parse_batch
 
@@ -64,6 +65,7 @@ NOW = 1000
 AMOUNT = 7  # cents per message: the money check is messages * AMOUNT
 BATCH_SIZES = (16, 64, 256)
 WORKER_COUNTS = (1, 2, 4, 8)
+PG_BATCH = 64  # the batched path on PostgreSQL: messages per transaction
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -152,48 +154,31 @@ def measure_per_transaction(folder: Path, messages: int) -> float:
     return messages / seconds[0]
 
 
-BARE_MESSAGE_COLUMNS = "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, last_detail"
-
-
 def measure_bare(folder: Path, messages: int) -> float:
     """The simple path's statements straight through sqlite3, without queue_core: what the SQL itself costs.
 
-    The same two transactions per message with the same statements as
-    ``work()`` (claim: read + UPDATE; completion: savepoint, read, the
-    effect's INSERT, the fenced ACK), on the same kind of file.
+    The same statements as ``work()``, taken from ``queue_core.statements``:
+    the claim as one ``UPDATE ... RETURNING`` that commits by itself, then
+    ``BEGIN IMMEDIATE``, the effect's INSERT, the fenced ACK, ``COMMIT``; on
+    the same kind of file.
     """
     path = fresh_queue(folder, "bare", messages)
     conn = sqlite_engine.connect(path, busy_timeout_ms=5000)
+    claim, ack = statements.SQLITE.claim_messages, statements.SQLITE.ack
     try:
         with timed() as seconds:
             while True:
-                conn.execute("BEGIN IMMEDIATE")
-                row = conn.execute(
-                    "SELECT event_id, attempts, generation, lease_until FROM messages "
-                    "WHERE state IN ('ready', 'leased') AND available_at <= :now "
-                    "AND (state = 'ready' OR lease_until <= :now) ORDER BY available_at, event_id LIMIT :wanted",
-                    {"now": NOW, "wanted": 1}).fetchone()
+                row = conn.execute(claim, {"now": NOW, "until": NOW + 600, "lease_seconds": 600, "wanted": 1,
+                                           "max_attempts": 3, "lease_expired": "lease_expired"}).fetchone()
                 if row is None:
-                    conn.execute("COMMIT")
                     break
-                event_id, attempts, generation = row[0], row[1] + 1, row[2] + 1
-                conn.execute("UPDATE messages SET state = 'leased', attempts = ?, generation = ?, lease_until = ? "
-                             "WHERE event_id = ?", (attempts, generation, NOW + 600, event_id))
-                conn.execute("COMMIT")
+                event_id, payload, generation = row[0], json.loads(row[1]), row[4]
                 conn.execute("BEGIN IMMEDIATE")
-                conn.execute("SAVEPOINT message")
-                stored = conn.execute(f"SELECT {BARE_MESSAGE_COLUMNS} FROM messages WHERE event_id = ?",
-                                      (event_id,)).fetchone()
-                payload = json.loads(stored[1])
                 conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
                              (event_id, payload["category"], payload["amount_cents"]))
-                acked = conn.execute(
-                    "UPDATE messages SET state = 'done', lease_until = NULL "
-                    "WHERE event_id = ? AND generation = ? AND state = 'leased' AND lease_until > ?",
-                    (event_id, generation, NOW)).rowcount
+                acked = conn.execute(ack, {"now": NOW, "event_id": event_id, "generation": generation}).rowcount
                 if acked != 1:
                     raise SystemExit(f"bare: {event_id} was not acknowledged")
-                conn.execute("RELEASE message")
                 conn.execute("COMMIT")
     finally:
         sqlite_engine.close(conn, quiet=True)
@@ -202,23 +187,28 @@ def measure_bare(folder: Path, messages: int) -> float:
 
 
 class LatencyProbe:
-    """Times each message from the start of its claim to the commit of its ACK."""
+    """Times each message from the start of its claim to the commit of its ACK.
+
+    The simple path's claim is one statement with no step of its own: a worker
+    claims the next message as soon as the last ACK committed, so its claim
+    starts at that commit (the first at the probe's creation).
+    """
 
     def __init__(self, batch: int) -> None:
-        self.claim_point = "claim_many.after_begin" if batch > 1 else "claim.after_begin"
+        self.claim_point = "claim_many.after_begin" if batch > 1 else "complete.after_commit"
         self.ack_point = "complete_many.after_commit" if batch > 1 else "complete.after_commit"
-        self.claimed_at = 0.0
-        self.claimed = 0
+        self.claimed_at = time.perf_counter()
+        self.claimed = 0 if batch > 1 else 1
         self.latencies: list[float] = []
-        self._counting = "claim.after_update"
+        self._counting = "claim.after_update" if batch > 1 else ""
 
     def __call__(self, point: str) -> None:
+        if point == self.ack_point:
+            self.latencies += [time.perf_counter() - self.claimed_at] * self.claimed
         if point == self.claim_point:
-            self.claimed_at, self.claimed = time.perf_counter(), 0
+            self.claimed_at, self.claimed = time.perf_counter(), 0 if self._counting else 1
         elif point == self._counting:
             self.claimed += 1
-        elif point == self.ack_point:
-            self.latencies += [time.perf_counter() - self.claimed_at] * self.claimed
 
 
 def measure_work(folder: Path, messages: int, batch: int) -> tuple[float, float]:
@@ -319,21 +309,31 @@ class PostgresDatabases:
         return postgres_server.unavailable()
 
     def raw_commits(self, commits: int) -> float:
-        """Commits per second of ``BEGIN; UPDATE one row; COMMIT`` on this server: its commit limit."""
+        """Commits per second of single-row INSERTs in autocommit: one round trip and
+        one commit each, over the same kind of connection. The server's commit limit."""
         import psycopg
 
         name = self.cluster.create_database()
         with psycopg.connect(self.cluster.conninfo(name), autocommit=True) as conn:
-            conn.execute("CREATE TABLE counter (id integer PRIMARY KEY, n integer NOT NULL)")
-            conn.execute("INSERT INTO counter VALUES (1, 0)")
+            conn.execute("CREATE TABLE commits (id integer PRIMARY KEY)")
             with timed() as seconds:
-                for _ in range(commits):
-                    conn.execute("BEGIN")
-                    conn.execute("UPDATE counter SET n = n + 1 WHERE id = 1")
-                    conn.execute("COMMIT")
-            if conn.execute("SELECT n FROM counter").fetchone()[0] != commits:
+                for number in range(commits):
+                    conn.execute("INSERT INTO commits VALUES (%s)", (number,))
+            if conn.execute("SELECT count(*) FROM commits").fetchone()[0] != commits:
                 raise SystemExit("postgresql raw: a commit was lost")
         return commits / seconds[0]
+
+    def batched(self, messages: int, batch: int) -> float:
+        """Messages per second of one worker on the batched path (``work(batch=...)``)."""
+        url = self.new_database()
+        fill_queue(url, messages)
+        with Store(url, clock=ModelClock(NOW)) as store:
+            with timed() as seconds:
+                summary = work(store, Handler(), lease_seconds=600, batch=batch)
+        if summary.done != messages:
+            raise SystemExit(f"postgresql batch_{batch}: {summary}")
+        verify_queue(url, messages)
+        return messages / seconds[0]
 
     def round_trips(self, messages: int) -> dict[str, float]:
         """Statements the server received per message, read from its statement log.
@@ -597,6 +597,11 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
             assert postgres_server is not None
             rate("postgresql raw", postgres_server.raw_commits(messages))
         postgres_jobs.append(("postgresql raw", pg_raw))
+
+        def pg_batch(f: Path) -> None:
+            assert postgres_server is not None
+            rate(f"postgresql batch_{PG_BATCH}", postgres_server.batched(messages, PG_BATCH))
+        postgres_jobs.append((f"postgresql batch_{PG_BATCH}", pg_batch))
         for count in worker_counts:
             def pg_procs(f: Path, count: int = count) -> None:
                 value, split = measure_processes(f, messages, count, postgres_server)
@@ -639,16 +644,20 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         "simple / two-commit ceiling": (median["simple"] / ceiling, ">= 0.85"),
         **{f"batch_{k} / raw commits": (median[f"batch_{k}"] / raw, ">= 2") for k in batch_sizes},
         "bare SQL of the simple path / two-commit ceiling": (median["bare SQL, simple path"] / ceiling, "(reference)"),
+        "simple / bare SQL of the simple path": (median["simple"] / median["bare SQL, simple path"], ">= 0.9"),
         **{f"simple / {peer}": (median["simple"] / median[peer], ">= 1.2") for peer in PEERS if with_peers},
         **{f"{best} / {peer}": (median[best] / median[peer], ">= 1.2") for peer in PEERS if with_peers},
         f"claim over {high} / over {low} done rows": (claim_seconds[high] / claim_seconds[low], "<= 1.3"),
         **{f"workers_{n} / workers_1": (median[f"workers_{n}"] / median["workers_1"], ">= 0.9" if n <= 4 else "(reference)")
            for n in worker_counts if n > 1 and "workers_1" in median},
         **({"postgresql workers_1 / its two-commit ceiling":
-            (median["postgresql workers_1"] / (median["postgresql raw"] / 2), "(reference)")}
+            (median["postgresql workers_1"] / (median["postgresql raw"] / 2), ">= 0.8"),
+            f"postgresql batch_{PG_BATCH} / postgresql raw":
+            (median[f"postgresql batch_{PG_BATCH}"] / median["postgresql raw"], ">= 2"),
+            "postgresql round trips per message": (sum(round_trips.values()), "<= 5")}
            if "postgresql raw" in median else {}),
         **{f"postgresql workers_{n} / postgresql workers_1":
-           (median[f"postgresql workers_{n}"] / median["postgresql workers_1"], "(reference)")
+           (median[f"postgresql workers_{n}"] / median["postgresql workers_1"], ">= 2.5" if n == 4 else "(reference)")
            for n in worker_counts if n > 1 and "postgresql workers_1" in median},
         "enqueue of 1,000 lines (ms)": (enqueue_seconds * 1000, "<= 15"),
     }
