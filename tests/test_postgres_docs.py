@@ -247,10 +247,18 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
 
     sent: list[tuple[str, Any]] = []
     original = PostgresConnection.execute
+    original_begin = PostgresConnection.begin
 
     def keep(self: PostgresConnection, sql: str, parameters: Any = (), /) -> Any:
         sent.append((sql, parameters))
         return original(self, sql, parameters)
+
+    def keep_begin(self: PostgresConnection, statement: str) -> None:
+        # BEGIN goes out with the transaction's first statement, in one round trip
+        sent.append((statement, ()))
+        original_begin(self, statement)
+
+    monkeypatch.setattr(PostgresConnection, "begin", keep_begin)
 
     def between_begin_and_commit(operation: Callable[[], object]) -> list[tuple[str, Any]]:
         sent.clear()

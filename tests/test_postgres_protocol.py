@@ -56,7 +56,7 @@ def line(event_id: str, category: str = "book", amount_cents: int = 100) -> str:
 
 def test_a_postgresql_url_selects_postgresql_and_the_schema_is_created_once(url: str, clock: ModelClock) -> None:
     with Store(url, clock=clock) as first:
-        assert first.engine == "postgresql"
+        assert first.engine.name == "postgresql"
         first.enqueue(line("E0001"))
     with Store(url, clock=clock) as again:  # opening again changes nothing
         assert [m.event_id for m in again.messages()] == ["E0001"]

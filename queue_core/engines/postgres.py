@@ -75,6 +75,7 @@ class PostgresConnection:
         self._errors: type[Exception] = psycopg.Error
         self._status = psycopg.pq.TransactionStatus
         self.url = url
+        self._begin: str | None = None  # a BEGIN that waits for its first statement
         try:
             self.raw = psycopg.connect(url, autocommit=True)
         # never connected: nothing was lost, nothing was written
@@ -90,9 +91,22 @@ class PostgresConnection:
         # means do not wait.
         self.execute(f"SET lock_timeout = {max(1, int(busy_timeout_ms))}")
 
+    def begin(self, statement: str) -> None:
+        """Begin a transaction with the next statement: both go in one round trip."""
+        self._begin = statement
+
     def execute(self, sql: str, parameters: Any = (), /) -> Rows:
+        begin, self._begin = self._begin, None
         try:
-            return Rows(self.raw.execute(sql, parameters or None))
+            if begin is None:
+                return Rows(self.raw.execute(sql, parameters or None))
+            if sql in ("COMMIT", "ROLLBACK"):
+                return Rows(self.raw.execute("SELECT 1 WHERE false"))  # nothing was begun
+            # psycopg's pipeline mode sends both and waits once
+            with self.raw.pipeline():
+                self.raw.execute(begin)
+                cursor = self.raw.execute(sql, parameters or None)
+            return Rows(cursor)
         except self._errors as exc:
             raise storage_error(exc, self.url) from exc
 
@@ -112,6 +126,8 @@ class PostgresConnection:
 
     @property
     def in_transaction(self) -> bool:
+        if self._begin is not None:
+            return True
         return self.raw.info.transaction_status in (
             self._status.INTRANS,
             self._status.INERROR,
@@ -209,7 +225,9 @@ class PostgresEngine:
                 raise
 
     def begin_write(self, conn: Connection) -> None:
-        conn.execute("BEGIN")
+        if not isinstance(conn, PostgresConnection):
+            raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
+        conn.begin("BEGIN")
 
     def begin_read(self, conn: Connection) -> None:
         # one snapshot for all of the body's statements, like a WAL read on SQLite
