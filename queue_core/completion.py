@@ -64,15 +64,21 @@ class Completions(Reads):
             "complete", lambda tx: self._complete_with(tx, lease, handler)
         )
 
-    def _complete_with(self, tx: Tx, lease: Lease, handler: Handler) -> Completion:
+    def _complete_with(
+        self, tx: Tx, lease: Lease, handler: Handler, claimed: Message | None = None
+    ) -> Completion:
         # One savepoint holds this message's effect and ACK: a refusing
         # handler's partial writes are undone while the refusal is still
         # recorded in this transaction, and a lost lease undoes this message
-        # only (complete_many goes on with the next one).
+        # only (complete_many goes on with the next one). A message that
+        # came with its claim is not read again: the ACK is its fence.
         tx.conn.execute("SAVEPOINT message")
         try:
-            message = self.leased_tx(tx, lease)
-            self._at("complete.after_read")
+            if claimed is None:
+                message = self.leased_tx(tx, lease)
+                self._at("complete.after_read")
+            else:
+                message = claimed
             try:
                 handler(tx, message)
             except Exception as exc:
@@ -86,7 +92,11 @@ class Completions(Reads):
                 result = self._refuse(tx, lease, code, detail, permanent=permanent)
             else:
                 self._at("complete.after_effect")
-                result = self.complete_tx(tx, lease)
+                result = (
+                    self.complete_tx(tx, lease)
+                    if claimed is None
+                    else self.ack_tx(tx, lease)
+                )
         except LeaseLost:
             if tx.conn.in_transaction:
                 tx.conn.execute("ROLLBACK TO message")

@@ -378,6 +378,18 @@ class Store(Completions):
         claimed = self._alone(lambda tx: self.claim_messages_tx(tx, 1, lease_seconds))
         return claimed[0] if claimed else None
 
+    def claim_messages(
+        self, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> list[Claimed]:
+        """Lease up to ``count`` messages in one statement, with their messages.
+
+        The batched worker's claim: what ``claim_many`` leases, as
+        ``claim_message`` takes one. Complete them with ``complete_many``.
+        """
+        check_count(count)
+        check_lease_seconds(lease_seconds)
+        return self._alone(lambda tx: self.claim_messages_tx(tx, count, lease_seconds))
+
     def claim_messages_tx(
         self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
     ) -> list[Claimed]:
@@ -441,7 +453,7 @@ class Store(Completions):
         return self._claim_up_to(tx, count, lease_seconds, tx.instant())
 
     def complete_many(
-        self, leases: Iterable[Lease], handler: Handler
+        self, leases: Iterable[Lease | Claimed], handler: Handler
     ) -> list[Completion]:
         """Complete several leased messages in one transaction.
 
@@ -452,14 +464,18 @@ class Store(Completions):
         effect and its ACK are kept or undone together. A lease lost for one
         message undoes only that message and is reported as
         ``Outcome.LEASE_LOST`` instead of raised, so the others still commit.
+        Given what ``claim_messages`` returned, each message runs as in
+        ``complete_message`` instead: no read before its effect, the fenced
+        ACK after it.
 
-        :param leases: what ``claim_many`` returned (at most ``MAX_BATCH``).
+        :param leases: what ``claim_many`` or ``claim_messages`` returned (at most
+            ``MAX_BATCH``).
         :param handler: as for ``complete``.
         :returns: one completion per lease, in the order given.
         """
-        batch = list(leases)
+        batch: list[Lease | Claimed] = list(leases)
         for lease in batch:
-            check_lease(lease)
+            check_lease(lease.lease if isinstance(lease, Claimed) else lease)
         if len(batch) > MAX_BATCH:
             raise ValueError(
                 f"complete_many takes at most {MAX_BATCH} leases, got {len(batch)}"
@@ -474,14 +490,19 @@ class Store(Completions):
         )
 
     def complete_many_tx(
-        self, tx: Tx, leases: Iterable[Lease], handler: Handler
+        self, tx: Tx, leases: Iterable[Lease | Claimed], handler: Handler
     ) -> list[Completion]:
         """``complete_many`` inside the caller's transaction."""
         results: list[Completion] = []
-        for lease in leases:
+        for item in leases:
+            lease, message = (
+                (item.lease, item.message)
+                if isinstance(item, Claimed)
+                else (item, None)
+            )
             try:
                 # undoes its own message on LeaseLost
-                results.append(self._complete_with(tx, lease, handler))
+                results.append(self._complete_with(tx, lease, handler, message))
             except LeaseLost as lost:
                 results.append(
                     Completion(

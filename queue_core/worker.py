@@ -210,20 +210,20 @@ def _step(
     store: Store, handler: Handler, lease_seconds: int, wanted: int
 ) -> list[Outcome]:
     """Claim and complete up to ``wanted`` messages; their outcomes (empty: none)."""
-    # the batched path: one transaction to claim them, one to complete them
+    # the batched path: one statement to claim them, one transaction to complete them
     if wanted > 1:
-        leases = store.claim_many(wanted, lease_seconds)
+        batch = store.claim_messages(wanted, lease_seconds)
         return (
-            [completion.outcome for completion in store.complete_many(leases, handler)]
-            if leases
+            [completion.outcome for completion in store.complete_many(batch, handler)]
+            if batch
             else []
         )
     # the simple path: one statement to claim, one transaction to complete
-    claimed = store.claim_message(lease_seconds)
-    if claimed is None:
+    one = store.claim_message(lease_seconds)
+    if one is None:
         return []
     try:
-        return [store.complete_message(claimed, handler).outcome]
+        return [store.complete_message(one, handler).outcome]
     except LeaseLost:
         # Our lease ran out while we worked; the next claim will re-issue it.
         return [Outcome.LEASE_LOST]

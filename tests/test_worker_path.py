@@ -199,3 +199,35 @@ def test_a_worker_killed_between_effect_and_commit_leaves_no_effect(store: Store
     clock.advance(30)  # its lease runs out; a fresh worker finishes it, once
     assert work(store, Handler()).done == 1
     assert ledger.totals(store).count == 1 and store.message("E0001").expired_leases == 1
+
+
+# ------------------------------------------------------- the batched path
+
+def test_claim_messages_leases_what_claim_many_leases(store: Store, tmp_path: Path, clock: ModelClock) -> None:
+    twin = Store(tmp_path / "twin.sqlite3", clock=clock)
+    try:
+        for queue in (store, twin):
+            queue.enqueue("\n".join(line(f"E{n:04d}") for n in range(1, 8)) + "\n")
+        for _ in range(5):
+            many = twin.claim_many(3, 10)
+            batch = store.claim_messages(3, 10)
+            assert [claimed.lease for claimed in batch] == many
+            clock.advance(11)
+        assert store.messages() == twin.messages()
+    finally:
+        twin.close()
+
+
+def test_complete_many_with_claimed_messages_keeps_each_message_to_itself(store: Store,
+                                                                          clock: ModelClock) -> None:
+    fill(store, "E0001", "E0002", "E0003")
+    store.enqueue(line("E0004", category="toy") + "\n")  # the ledger refuses toys: dead
+    batch = store.claim_messages(4, 10)
+    assert [claimed.lease.event_id for claimed in batch] == ["E0001", "E0002", "E0003", "E0004"]
+    # as if E0001's lease had been taken over by another claim meanwhile
+    store.write(lambda tx: tx.execute("UPDATE messages SET generation = generation + 1 WHERE event_id = ?",
+                                      ("E0001",)))
+    outcomes = [c.outcome for c in store.complete_many(batch, Handler())]
+    assert outcomes == [Outcome.LEASE_LOST, Outcome.DONE, Outcome.DONE, Outcome.DEAD]
+    assert [e[0] for e in ledger.effects(store)] == ["E0002", "E0003"]
+    assert store.message("E0004").last_error == "invalid_payload"

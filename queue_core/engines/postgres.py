@@ -101,7 +101,9 @@ class PostgresConnection:
             if begin is None:
                 return Rows(self.raw.execute(sql, parameters or None))
             if sql in ("COMMIT", "ROLLBACK"):
-                return Rows(self.raw.execute("SELECT 1 WHERE false"))  # nothing was begun
+                return Rows(
+                    self.raw.execute("SELECT 1 WHERE false")
+                )  # nothing was begun
             # psycopg's pipeline mode sends both and waits once
             with self.raw.pipeline():
                 self.raw.execute(begin)
