@@ -39,8 +39,9 @@ def fingerprint() -> str:
         *PROOF.glob("*.py"),
     ]
     for path in sorted(files):
+        root = PACKAGE if path.is_relative_to(PACKAGE) else PROOF
         digest.update(
-            path.relative_to(PACKAGE.parent).as_posix().encode()
+            (root.name + "/" + path.relative_to(root).as_posix()).encode()
             + b"\0"
             + path.read_bytes()
             + b"\0"

@@ -189,26 +189,25 @@ def measure_bare(folder: Path, messages: int) -> float:
 class LatencyProbe:
     """Times each message from the start of its claim to the commit of its ACK.
 
-    The simple path's claim is one statement with no step of its own: a worker
-    claims the next message as soon as the last ACK committed, so its claim
-    starts at that commit (the first at the probe's creation).
+    The worker's claim is one statement with no step of its own, and a worker
+    claims again as soon as its last ACK committed: so a message's claim
+    starts at the commit before it (the first at the probe's creation). The
+    messages of a transaction are counted as their ACKs pass.
     """
 
     def __init__(self, batch: int) -> None:
-        self.claim_point = "claim_many.after_begin" if batch > 1 else "complete.after_commit"
         self.ack_point = "complete_many.after_commit" if batch > 1 else "complete.after_commit"
         self.claimed_at = time.perf_counter()
-        self.claimed = 0 if batch > 1 else 1
+        self.acked = 0
         self.latencies: list[float] = []
-        self._counting = "claim.after_update" if batch > 1 else ""
 
     def __call__(self, point: str) -> None:
-        if point == self.ack_point:
-            self.latencies += [time.perf_counter() - self.claimed_at] * self.claimed
-        if point == self.claim_point:
-            self.claimed_at, self.claimed = time.perf_counter(), 0 if self._counting else 1
-        elif point == self._counting:
-            self.claimed += 1
+        if point == "complete.after_update":
+            self.acked += 1
+        elif point == self.ack_point:
+            now = time.perf_counter()
+            self.latencies += [now - self.claimed_at] * self.acked
+            self.claimed_at, self.acked = now, 0
 
 
 def measure_work(folder: Path, messages: int, batch: int) -> tuple[float, float]:

@@ -34,6 +34,7 @@ def test_bench_reports_every_measurement_and_every_target() -> None:
     assert len(report["memory_kib"]) == 2
     assert set(report["targets"]) == {
         "simple / two-commit ceiling", "bare SQL of the simple path / two-commit ceiling", "batch_16 / raw commits",
+        "simple / bare SQL of the simple path",
         "claim over 5000 / over 500 done rows", "workers_2 / workers_1", "enqueue of 1,000 lines (ms)",
         "worker memory: last / first round"}
     # Every target says whether it was met; the bare SQL is a reference figure beside them.
@@ -67,6 +68,9 @@ def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
         assert result["postgresql"]["synchronous_commit"] == "on", result["postgresql"]
         assert rates["postgresql raw"] > 0 and rates["postgresql workers_1"] > 0 and rates["postgresql workers_2"] > 0
         assert sum(result["shares"]["postgresql workers_2"][0]) == 300  # every message once, across both workers
+        assert rates["postgresql batch_64"] > 0
+        # counted from the server's statement log: the claim, BEGIN, the effect, the ACK, COMMIT
+        assert 5 <= result["postgresql"]["round_trips_per_message"] < 5.2, result["postgresql"]
     elif "skipped" in result["postgresql"]:
         assert not any(name.startswith("postgresql") for name in rates)
 

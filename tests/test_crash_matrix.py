@@ -532,10 +532,16 @@ def test_the_fingerprint_changes_with_the_protocol_the_schemas_and_the_proof_mac
 ) -> None:
     copy = tmp_path / "queue_core"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    proof_copy = tmp_path / "proof"
+    shutil.copytree(records.PROOF, proof_copy, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(records, "PACKAGE", copy)
+    monkeypatch.setattr(records, "PROOF", proof_copy)
     original = records.fingerprint()
     assert original == records.fingerprint()
-    for name in ("store.py", "ledger.sql", "receipts.sql", "testing/matrix.py", "testing/child.py"):
+    for name in ("store.py", "completion.py", "statements.py", "ledger.sql",
+                 "engines/sqlite_migrations/0002_details_and_receipts.sql",
+                 "engines/postgres_migrations/0003_metrics_and_prune.sql", "testing/child.py",
+                 "../proof/matrix.py", "../proof/invariants.py"):
         path = copy / name
         text = path.read_text(encoding="utf-8")
         path.write_text(text + "\n", encoding="utf-8")

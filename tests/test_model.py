@@ -592,8 +592,9 @@ def _ack_without_the_recheck(self: Store, tx: Tx, lease: Lease) -> Completion:
 def _complete_with(*, roll_back: bool, record_errors: bool) -> Callable[..., Completion]:
     """``_complete_with`` that keeps a refusing handler's writes, or lets its exception escape."""
 
-    def complete_with(self: Store, tx: Tx, lease: Lease, handler: Callable[[Tx, Message], object]) -> Completion:
-        message = self.leased_tx(tx, lease)
+    def complete_with(self: Store, tx: Tx, lease: Lease, handler: Callable[[Tx, Message], object],
+                      claimed: Message | None = None) -> Completion:
+        message = self.leased_tx(tx, lease) if claimed is None else claimed
         tx.execute("SAVEPOINT effect")
         try:
             handler(tx, message)
@@ -608,7 +609,7 @@ def _complete_with(*, roll_back: bool, record_errors: bool) -> Callable[..., Com
                 raise
             return self._refuse(tx, lease, HANDLER_ERROR, f"{type(exc).__name__}: {exc}", permanent=False)
         tx.execute("RELEASE effect")
-        return self.complete_tx(tx, lease)
+        return self.complete_tx(tx, lease) if claimed is None else self.ack_tx(tx, lease)
 
     return complete_with
 
