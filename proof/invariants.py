@@ -28,7 +28,7 @@ from queue_core import ledger
 from queue_core.engines import is_postgres_url
 from queue_core.clock import ModelClock
 from queue_core.receipts import ReceiptHandler
-from queue_core.store import LEASE_EXPIRED, MAX_ATTEMPTS, Handler, Store
+from queue_core.store import LEASE_EXPIRED, MAX_ATTEMPTS, MessageHandler, Store
 from queue_core.values import Message
 from queue_core.worker import work
 
@@ -581,7 +581,7 @@ def finish_queue(
     ``tenant`` and ``operation``) that refuses a receipt whose effect is gone.
     """
     clock = ModelClock(now)
-    handler: Handler = ledger.Handler.with_categories(categories)
+    handler: MessageHandler = ledger.Handler.with_categories(categories)
     if receipts:
         handler = ReceiptHandler(handler, effect_exists=ledger.has_effect)
     # Closed on the way out: whoever reads or copies the file next finds everything in it, not in a WAL

@@ -17,7 +17,7 @@ from .heartbeat import Heartbeat
 from .reads import Reads, fetch_message
 from .rules import (
     DEFAULT_LEASE_SECONDS,
-    Handler,
+    MessageHandler,
     backoff_seconds,
     check_code,
     check_lease,
@@ -36,7 +36,7 @@ class Completions(Reads):
 
     # -------------------------------------------------------------- complete
 
-    def complete(self, lease: Lease, handler: Handler) -> Completion:
+    def complete(self, lease: Lease, handler: MessageHandler) -> Completion:
         """Effect + ACK in one transaction: the heart of the protocol.
 
         Checks the lease, reads the message *from the database*, calls
@@ -65,7 +65,11 @@ class Completions(Reads):
         )
 
     def _complete_with(
-        self, tx: Tx, lease: Lease, handler: Handler, claimed: Message | None = None
+        self,
+        tx: Tx,
+        lease: Lease,
+        handler: MessageHandler,
+        claimed: Message | None = None,
     ) -> Completion:
         # One savepoint holds this message's effect and ACK: a refusing
         # handler's partial writes are undone while the refusal is still
@@ -105,7 +109,7 @@ class Completions(Reads):
         tx.conn.execute("RELEASE message")
         return result
 
-    def complete_message(self, claimed: Claimed, handler: Handler) -> Completion:
+    def complete_message(self, claimed: Claimed, handler: MessageHandler) -> Completion:
         """Effect + ACK of what ``claim_message`` returned: the worker's path.
 
         One transaction: ``handler(tx, message)`` writes the effect, then the
@@ -144,7 +148,7 @@ class Completions(Reads):
         )
 
     def _effect_then_ack(
-        self, tx: Tx, claimed: Claimed, handler: Handler
+        self, tx: Tx, claimed: Claimed, handler: MessageHandler
     ) -> Completion:
         try:
             handler(tx, claimed.message)

@@ -46,7 +46,7 @@ from .clock import SystemClock
 from .engines import sqlite as sqlite_engine
 from .envelope import MAX_PAYLOAD_BYTES, canonical_json
 from .errors import InvalidReceipt, OperationConflict, PermanentFailure, ReceiptError
-from .store import Handler, Store
+from .store import MessageHandler, Store
 from .transactions import Tx
 from .values import Message
 
@@ -181,7 +181,7 @@ def key_from_payload(payload: Mapping[str, Any]) -> tuple[Any, Any]:
 
 @dataclass(frozen=True)
 class ReceiptHandler:
-    """A handler whose effects are recorded under receipts: wraps any ``store.Handler``.
+    """A handler whose effects are recorded under receipts: wraps any ``MessageHandler``.
 
     Pass it to ``Store.complete`` or ``work`` in place of the handler. For
     each message, ``key(payload)`` names the operation. The first message of
@@ -195,7 +195,7 @@ class ReceiptHandler:
     instead of ACKed.
     """
 
-    handler: Handler
+    handler: MessageHandler
     key: ReceiptKey = key_from_payload
     effect_exists: EffectCheck | None = None
 

@@ -57,7 +57,7 @@ def backoff_seconds(attempt: int) -> int:
     return int(2 ** (attempt - 1))
 
 
-class Handler(Protocol):
+class MessageHandler(Protocol):
     """Writes one message's effect through ``tx``, inside the completion's transaction.
 
     Raise ``PermanentFailure`` (dead at once) or ``TemporaryFailure`` (retry

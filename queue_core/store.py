@@ -55,7 +55,7 @@ from .rules import (
     MAX_LEASE_SECONDS,
     OPERATIONS,
     PROBE_POINTS,
-    Handler,
+    MessageHandler,
     backoff_seconds,
     check_count,
     check_lease,
@@ -80,7 +80,7 @@ __all__ = [  # what the store's module offers, its own and the rules it runs by
     "MAX_LEASE_SECONDS",
     "OPERATIONS",
     "PROBE_POINTS",
-    "Handler",
+    "MessageHandler",
     "Probe",
     "Store",
     "Tx",
@@ -453,7 +453,7 @@ class Store(Completions):
         return self._claim_up_to(tx, count, lease_seconds, tx.instant())
 
     def complete_many(
-        self, leases: Iterable[Lease | Claimed], handler: Handler
+        self, leases: Iterable[Lease | Claimed], handler: MessageHandler
     ) -> list[Completion]:
         """Complete several leased messages in one transaction.
 
@@ -490,7 +490,7 @@ class Store(Completions):
         )
 
     def complete_many_tx(
-        self, tx: Tx, leases: Iterable[Lease | Claimed], handler: Handler
+        self, tx: Tx, leases: Iterable[Lease | Claimed], handler: MessageHandler
     ) -> list[Completion]:
         """``complete_many`` inside the caller's transaction."""
         results: list[Completion] = []

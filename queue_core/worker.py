@@ -24,7 +24,7 @@ from .errors import LeaseLost
 from .rules import (
     DEFAULT_LEASE_SECONDS,
     MAX_BATCH,
-    Handler,
+    MessageHandler,
     check_lease_seconds,
     refusal,
 )
@@ -86,7 +86,7 @@ class LongHandler(Generic[R]):
 
 def work(
     store: Store,
-    handler: Handler | LongHandler[Any],
+    handler: MessageHandler | LongHandler[Any],
     *,
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     max_messages: int | None = None,
@@ -96,10 +96,12 @@ def work(
 ) -> WorkSummary:
     """Process messages until none is available now (or ``max_messages`` were claimed).
 
-    ``batch=1`` (the default) is the simple path the chapters teach: one
-    transaction to claim, one to complete. ``batch=k`` is the batched path:
-    up to k messages claimed in one transaction and completed in one, each
-    message with its own lease, generation, effect and ACK. It needs fewer
+    ``batch=1`` (the default) is the simple path: one statement to claim
+    (``claim_message``), one transaction for the effect and the fenced ACK
+    (``complete_message``): the protocol the chapters teach, with the read
+    before the effect folded into the claim. ``batch=k`` is the batched path:
+    up to k messages claimed in one statement and completed in one
+    transaction, each message with its own lease, generation, effect and ACK. It needs fewer
     commits per message; each message then waits for the whole batch, so the
     lease must cover k handlers' time.
 
@@ -207,7 +209,7 @@ def work(
 
 
 def _step(
-    store: Store, handler: Handler, lease_seconds: int, wanted: int
+    store: Store, handler: MessageHandler, lease_seconds: int, wanted: int
 ) -> list[Outcome]:
     """Claim and complete up to ``wanted`` messages; their outcomes (empty: none)."""
     # the batched path: one statement to claim them, one transaction to complete them

@@ -70,7 +70,8 @@ def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
         assert sum(result["shares"]["postgresql workers_2"][0]) == 300  # every message once, across both workers
         assert rates["postgresql batch_64"] > 0
         # counted from the server's statement log: the claim, BEGIN, the effect, the ACK, COMMIT
-        assert 5 <= result["postgresql"]["round_trips_per_message"] < 5.2, result["postgresql"]
+        # (the last claim, which finds the queue empty, belongs to no message)
+        assert result["postgresql"]["round_trips_per_message"] == 5, result["postgresql"]
     elif "skipped" in result["postgresql"]:
         assert not any(name.startswith("postgresql") for name in rates)
 
