@@ -20,6 +20,7 @@ from .rules import (
     MessageHandler,
     backoff_seconds,
     check_code,
+    check_handler,
     check_lease,
     check_lease_seconds,
     lease_deadline,
@@ -55,11 +56,7 @@ class Completions(Reads):
             lease.
         """
         check_lease(lease)
-        if not callable(handler):
-            raise TypeError(
-                "handler must be callable as handler(tx, message), "
-                f"got {type(handler).__name__}"
-            )
+        check_handler(handler)
         return self._write(
             "complete", lambda tx: self._complete_with(tx, lease, handler)
         )
@@ -129,11 +126,7 @@ class Completions(Reads):
                 "complete_message takes what claim_message returned, "
                 f"got {type(claimed).__name__}"
             )
-        if not callable(handler):
-            raise TypeError(
-                "handler must be callable as handler(tx, message), "
-                f"got {type(handler).__name__}"
-            )
+        check_handler(handler)
         try:
             return self._write(
                 "complete", lambda tx: self._effect_then_ack(tx, claimed, handler)
@@ -168,14 +161,7 @@ class Completions(Reads):
             "event_id": lease.event_id,
             "generation": lease.generation,
         }
-        if tx.conn.execute(tx.sql.ack, params).rowcount != 1:
-            self.leased_tx(tx, lease)  # raises LeaseLost with the reason
-            raise LeaseLost(
-                f"{lease.event_id}: generation {lease.generation} "
-                "is no longer the current lease"
-            )
-        self._at("complete.after_update")
-        return Completion(lease.event_id, Outcome.DONE)
+        return self._acked(tx, lease, tx.conn.execute(tx.sql.ack, params).rowcount)
 
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
         """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
@@ -221,7 +207,11 @@ class Completions(Reads):
             tx.sql.complete_ack,
             (now, lease.event_id, lease.generation, now),
         ).rowcount
-        if acked != 1:
+        return self._acked(tx, lease, acked)
+
+    def _acked(self, tx: Tx, lease: Lease, rows: int) -> Completion:
+        """DONE if the fenced ACK changed the message's row; else ``LeaseLost`` with why."""
+        if rows != 1:
             self.leased_tx(tx, lease)  # raises LeaseLost with the reason
             raise LeaseLost(
                 f"{lease.event_id}: generation {lease.generation} "

@@ -124,3 +124,11 @@ def check_code(code: object, detail: object) -> None:
         raise ValueError(f"a failure needs a non-empty error code, got {code!r}")
     if detail is not None and not isinstance(detail, str):
         raise TypeError(f"detail must be a string or None, got {type(detail).__name__}")
+
+
+def check_handler(handler: object) -> None:
+    if not callable(handler):
+        raise TypeError(
+            "handler must be callable as handler(tx, message), "
+            f"got {type(handler).__name__}"
+        )

@@ -58,6 +58,7 @@ from .rules import (
     MessageHandler,
     backoff_seconds,
     check_count,
+    check_handler,
     check_lease,
     check_lease_seconds,
     lease_deadline,
@@ -480,11 +481,7 @@ class Store(Completions):
             raise ValueError(
                 f"complete_many takes at most {MAX_BATCH} leases, got {len(batch)}"
             )
-        if not callable(handler):
-            raise TypeError(
-                "handler must be callable as handler(tx, message), "
-                f"got {type(handler).__name__}"
-            )
+        check_handler(handler)
         return self._write(
             "complete_many", lambda tx: self.complete_many_tx(tx, batch, handler)
         )
