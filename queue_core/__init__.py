@@ -49,7 +49,7 @@ from .values import (
     Metrics,
     Outcome,
     Pruned,
-    Snapshot,
+    StateCounts,
 )
 from .worker import LongHandler, WorkSummary, work
 
@@ -65,7 +65,7 @@ __all__ = [
     "Outcome",
     "Completion",
     "EnqueueResult",
-    "Snapshot",
+    "StateCounts",
     "Probe",
     "Heartbeat",
     "Metrics",

@@ -28,7 +28,7 @@ from .engines import script
 from .errors import PermanentFailure, WrongPath
 from .store import Store
 from .transactions import Tx
-from .values import Message, Snapshot
+from .values import Message, StateCounts
 
 DEFAULT_CATEGORIES: Final = frozenset({"book", "pen", "bag"})
 MIN_AMOUNT_CENTS: Final = 1
@@ -67,7 +67,7 @@ class Totals:
 class Report:
     """The queue's counts and the ledger's money, read together (for ``status``)."""
 
-    queue: Snapshot
+    queue: StateCounts
     totals: Totals
 
     @property

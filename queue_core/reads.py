@@ -13,7 +13,7 @@ from typing import Any, Final
 from .envelope import payload_digest
 from .errors import UnknownEvent
 from .transactions import Transactions, Tx
-from .values import STATES, Latency, Message, Metrics, Pruned, Snapshot
+from .values import STATES, Latency, Message, Metrics, Pruned, StateCounts
 
 # Payloads prune reads and rewrites per statement.
 PRUNE_CHUNK: Final = 1_000
@@ -22,13 +22,13 @@ PRUNE_CHUNK: Final = 1_000
 class Reads(Transactions):
     """The store's reads and prune, on its transactions (``Store`` adds the protocol)."""
 
-    def status(self) -> Snapshot:
+    def status(self) -> StateCounts:
         """Counts by stored state (no expiry applied)."""
         return self.read(self.status_tx)
 
-    def status_tx(self, view: Tx) -> Snapshot:
+    def status_tx(self, view: Tx) -> StateCounts:
         """``status`` inside the caller's transaction or snapshot."""
-        return Snapshot(dict(view.conn.execute(view.sql.status_counts).fetchall()))
+        return StateCounts(dict(view.conn.execute(view.sql.status_counts).fetchall()))
 
     def metrics(self) -> Metrics:
         """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""

@@ -1,7 +1,7 @@
 """The values the queue hands out and reports: frozen, and plain data.
 
 A ``Lease`` is a claim's right to one message; a ``Completion`` is what
-``complete`` or ``fail`` did; ``Message`` is one stored row; ``Snapshot``,
+``complete`` or ``fail`` did; ``Message`` is one stored row; ``StateCounts``,
 ``Metrics``, ``Latency`` and ``Pruned`` are what the reads report.
 """
 
@@ -101,7 +101,7 @@ class Claimed:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class StateCounts:
     """Counts of messages by stored state: the queue's part of ``status``."""
 
     messages: Mapping[str, int]
