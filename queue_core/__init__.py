@@ -9,7 +9,8 @@ handler ``handler(tx, message)`` or as your own SQL before ``complete_tx``.
 the proof machinery (fault probes, the crashing child, crash matrix, chaos).
 """
 
-from . import ledger, prometheus, receipts
+from . import prometheus, receipts
+from .app import ledger
 from .clock import Clock, ModelClock, SystemClock
 from .envelope import Batch, Event, canonical_json, parse_batch
 from .errors import (
@@ -30,7 +31,7 @@ from .errors import (
     WrongPath,
 )
 from .heartbeat import Heartbeat
-from .ledger import DEFAULT_CATEGORIES, Effect, Handler, Report, Totals
+from .app.ledger import DEFAULT_CATEGORIES, Effect, Handler, Report, Totals
 from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
 from .store import (
     DEFAULT_LEASE_SECONDS,

@@ -17,19 +17,20 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TextIO
 
-from . import __version__, ledger
+from . import __version__
+from .app import ledger
 from .clock import MAX_SECONDS, Clock, ModelClock
-from .demo import format_snapshot, run_demo
+from .app.demo import format_snapshot, run_demo
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError
-from .lab import (
+from .app.lab import (
     CASES as LAB_CASES,
     STORIES as LAB_STORIES,
     format_text as format_lab,
     run_lab,
     to_json as lab_json,
 )
-from .ledger import (
+from .app.ledger import (
     DEFAULT_CATEGORIES,
     MAX_AMOUNT_CENTS,
     MIN_AMOUNT_CENTS,

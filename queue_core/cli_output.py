@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .ledger import Report
+from .app.ledger import Report
 from .values import STATES, Message, Metrics
 from .worker import WorkSummary
 

@@ -587,7 +587,7 @@ def test_demo_plain_mentions_the_crash(tmp_path: Path) -> None:
 
 def test_help_explains_the_batch_the_handler_and_the_exit_status(tmp_path: Path) -> None:
     from queue_core.cli import EXAMPLE_LINE
-    from queue_core.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
+    from queue_core.app.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
 
     proc = run(tmp_path, "--help")
     assert proc.returncode == 0 and proc.stderr == ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from queue_core.demo import SNAPSHOT_KEYS, run_demo
+from queue_core.app.demo import SNAPSHOT_KEYS, run_demo
 
 
 def counts(ready: int, leased: int, done: int, dead: int) -> dict[str, int]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from queue_core import MAX_ATTEMPTS, Handler, ModelClock, Store, UnknownEvent, ledger, work
-from queue_core.demo import run_demo
+from queue_core.app.demo import run_demo
 
 from .support import DEMO_LINES
 

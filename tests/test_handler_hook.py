@@ -453,7 +453,8 @@ def imports_of(source: str, package: str = "queue_core") -> set[str]:
     return imported
 
 
-FORBIDDEN = ("queue_core.ledger", "queue_core.receipts", "queue_core.handler", "queue_core.testing")
+FORBIDDEN = ("queue_core.app", "queue_core.ledger", "queue_core.receipts", "queue_core.handler",
+             "queue_core.testing")
 
 
 def forbidden_in(imported: set[str]) -> set[str]:

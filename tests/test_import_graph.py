@@ -21,9 +21,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "queue_core"
 
 
 def test_the_graph_is_read_from_the_real_package() -> None:
-    assert {"store", "engines.sqlite", "engines.postgres", "ledger", "receipts", "worker", "cli",
+    assert {"store", "engines.sqlite", "engines.postgres", "app.ledger", "receipts", "worker", "cli",
             "testing.child"} <= set(GRAPH)
-    assert "store" in GRAPH["ledger"] and "store" in GRAPH["receipts"]
+    assert "store" in GRAPH["app.ledger"] and "store" in GRAPH["receipts"]
 
 
 def test_no_module_imports_itself_back() -> None:
@@ -56,7 +56,7 @@ def test_the_store_knows_no_business() -> None:
 
 def test_nothing_in_the_core_imports_the_proof_machinery() -> None:
     core = {*PROTOCOL, "values", "heartbeat", "engines.sqlite", "engines.postgres", "turn", "envelope",
-            "errors", "clock", "ledger", "receipts", "worker"}
+            "errors", "clock", "app.ledger", "receipts", "worker"}
     for name in core:
         assert not any(t.startswith("testing") for t in GRAPH[name]), (name, GRAPH[name])
     # and the proof machinery is not in the package at all
@@ -109,6 +109,15 @@ def test_no_type_ignore_and_no_module_over_600_lines_in_the_package() -> None:
 
 def test_applications_sit_above_the_protocol() -> None:
     height = layers(GRAPH)
-    for application in ("ledger", "receipts", "worker"):
+    for application in ("app.ledger", "app.demo", "app.lab", "receipts", "worker"):
         assert height[application] > height["store"]
     assert height["cli"] == max(h for name, h in height.items() if name != "__main__")
+
+
+def test_the_reference_application_is_a_subpackage_the_library_never_imports() -> None:
+    app = {name for name in GRAPH if name.startswith("app.")}
+    assert app == {"app.ledger", "app.demo", "app.lab"}
+    # only the command line (its demo, lab and default handler) and the crashing child
+    # (whose completions use the ledger's handler) reach into it
+    users = {name for name, targets in GRAPH.items() if targets & app and not name.startswith("app.")}
+    assert users == {"cli", "cli_output", "testing.child"}, users

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from queue_core import ModelClock, receipts
-from queue_core.lab import (
+from queue_core.app.lab import (
     CASES,
     LEASE_TICKS,
     STEP_KEYS,

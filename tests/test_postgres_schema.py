@@ -34,12 +34,12 @@ from .postgres_server import Cluster
 
 LEDGER = "ledger_postgres.sql"
 # The SQLite schema: the queue's migrations in order, then the ledger.
-SQLITE_SCRIPTS = (*sqlite_engine.MIGRATIONS.values(), resources.files("queue_core").joinpath(
+SQLITE_SCRIPTS = (*sqlite_engine.MIGRATIONS.values(), resources.files("queue_core.app").joinpath(
     "ledger.sql").read_text(encoding="utf-8"))
 
 
 def text_of(name: str) -> str:
-    return resources.files("queue_core").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("queue_core.app").joinpath(name).read_text(encoding="utf-8")
 
 
 def pg() -> Any:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from queue_core.demo import DEMO_BATCH
+from queue_core.app.demo import DEMO_BATCH
 from queue_core.engines.sqlite import MIN_SQLITE
 
 from .console import sessions
@@ -103,8 +103,8 @@ def test_the_schema_reference_shows_every_schema_file_whole() -> None:
         for folder in ("sqlite_migrations", "postgres_migrations")
     ]
     assert all(len(files) >= 2 for files in migrations), migrations
-    ledgers = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "queue_core").glob("*.sql"))
-    assert ledgers == ["queue_core/ledger.sql", "queue_core/ledger_postgres.sql"]
+    ledgers = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "queue_core" / "app").glob("*.sql"))
+    assert ledgers == ["queue_core/app/ledger.sql", "queue_core/app/ledger_postgres.sql"]
     for name in [*migrations[0], *migrations[1], *ledgers]:
         assert f'```sql title="{name}"\n--8<-- "{name}"\n```' in schema_page, name
     for files in migrations:

@@ -56,7 +56,7 @@ from typing import Any
 
 from ..clock import ModelClock
 from ..errors import QueueError
-from ..ledger import Handler, has_effect
+from ..app.ledger import Handler, has_effect
 from ..receipts import ReceiptHandler
 from ..store import (
     BATCH_OPERATIONS,

@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import receipts
-from .clock import ModelClock
-from .errors import QueueError
+from .. import receipts
+from ..clock import ModelClock
+from ..errors import QueueError
 
 STORIES = ("normal", "duplicate-effect", "reuse-effect", "early-ack")
 CASES = STORIES + ("expiry",)

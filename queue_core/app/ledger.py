@@ -24,11 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .engines import script
-from .errors import PermanentFailure, WrongPath
-from .store import Store
-from .transactions import Tx
-from .values import Message, StateCounts
+from ..engines import script
+from ..errors import PermanentFailure, WrongPath
+from ..store import Store
+from ..transactions import Tx
+from ..values import Message, StateCounts
 
 DEFAULT_CATEGORIES: Final = frozenset({"book", "pen", "bag"})
 MIN_AMOUNT_CENTS: Final = 1
@@ -171,7 +171,9 @@ def install(store: Store) -> None:
 
 def install_tx(tx: Tx) -> None:
     """``install`` inside the caller's transaction."""
-    tx.engine.run_script(tx.conn, script("queue_core", SCHEMA_FILES[tx.engine.name]))
+    tx.engine.run_script(
+        tx.conn, script("queue_core.app", SCHEMA_FILES[tx.engine.name])
+    )
 
 
 def totals(store: Store) -> Totals:

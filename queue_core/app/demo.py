@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from . import ledger
-from .clock import ModelClock
-from .errors import TemporaryFailure
+from ..clock import ModelClock
+from ..errors import TemporaryFailure
 from .ledger import Handler, Report
-from .store import Store
-from .transactions import Tx
-from .values import Completion, Lease, Message
-from .testing.child import CRASH_EXIT_CODE, run_crashing_completion
-from .worker import work
+from ..store import Store
+from ..transactions import Tx
+from ..values import Completion, Lease, Message
+from ..testing.child import CRASH_EXIT_CODE, run_crashing_completion
+from ..worker import work
 
 DEMO_BATCH = (
     '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
