@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from queue_core import ModelClock, Store, ledger
-from queue_core.demo import run_demo
+from queue_core.app.demo import run_demo
 
 with tempfile.TemporaryDirectory() as folder:
     result = run_demo(Path(folder))

@@ -23,7 +23,7 @@ from queue_core import (
     parse_batch,
     work,
 )
-from queue_core.demo import DEMO_BATCH, LEASE_SECONDS, START
+from queue_core.app.demo import DEMO_BATCH, LEASE_SECONDS, START
 
 NEW = '{"event_id": "E0005", "payload": {"category": "pen", "amount_cents": 2000}}\n'
 CONFLICT = (

@@ -22,7 +22,7 @@ from queue_core import (
     ledger,
     work,
 )
-from queue_core.demo import DEMO_BATCH, LEASE_SECONDS, START
+from queue_core.app.demo import DEMO_BATCH, LEASE_SECONDS, START
 
 
 def reference_state(folder):

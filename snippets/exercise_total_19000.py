@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from queue_core import BatchRejected, Handler, ModelClock, Store, ledger, work
-from queue_core.demo import DEMO_BATCH, LEASE_SECONDS, START
+from queue_core.app.demo import DEMO_BATCH, LEASE_SECONDS, START
 
 
 def reference_state(folder):
