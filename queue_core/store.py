@@ -409,7 +409,9 @@ class Store(Completions):
                 tx.sql.claim_messages, {**params, "wanted": wanted}
             ).fetchall()
             # RETURNING gives no order: the claim order is available_at, event_id
-            taken = sorted(map(message_of, rows), key=_claim_order)
+            taken = [message_of(row) for row in rows]
+            if len(taken) > 1:
+                taken.sort(key=_claim_order)
             for message in taken:
                 if message.state == "leased" and message.lease_until is not None:
                     lease = Lease(

@@ -31,8 +31,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,45 +75,70 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-@contextmanager
-def writer_turn(database: Path, *, wait_seconds: float) -> Iterator[None]:
+class writer_turn:  # noqa: N801  (used as a function: ``with writer_turn(path):``)
     """Hold this process's turn to write to ``database`` (re-entrant within a thread).
 
     The lock file is opened when the turn is taken and closed when it is
     given back (a few microseconds beside a commit's fsync), so nothing stays
-    open between transactions.
+    open between transactions. A context manager of its own rather than a
+    generator: the worker enters it, nested, for every transaction.
     """
-    name = os.path.abspath(database)
-    deadline = time.monotonic() + wait_seconds
-    with _registry:
-        turn = _turns.setdefault(name, _Turn())
-    if not turn.lock.acquire(timeout=wait_seconds):
-        raise StorageError(
-            f"{database}: another thread of this process holds the write turn "
-            f"(waited {wait_seconds:g} s)",
-            code="database_busy",
+
+    __slots__ = ("_database", "_name", "_wait_seconds", "_turn")
+
+    def __init__(self, database: Path | str, *, wait_seconds: float) -> None:
+        self._database = database
+        # an absolute str is taken as it is (the SQLite engine computes it once)
+        self._name = (
+            database
+            if isinstance(database, str) and database.startswith("/")
+            else os.path.abspath(database)
         )
-    try:
-        if turn.depth == 0:
-            fd = _lock(name, max(0.0, deadline - time.monotonic()))
-            if fd == _TAKEN:
-                raise StorageError(
-                    f"{database}: another process holds the write turn "
-                    f"(waited {wait_seconds:g} s)",
-                    code="database_busy",
-                )
-            turn.fd = fd
-        turn.depth += 1  # only once the turn is really held
+        self._wait_seconds = wait_seconds
+        self._turn: _Turn | None = None
+
+    def __enter__(self) -> None:
+        wait_seconds = self._wait_seconds
+        deadline = time.monotonic() + wait_seconds
+        turn = _turns.get(self._name)
+        if turn is None:
+            with _registry:
+                turn = _turns.setdefault(self._name, _Turn())
+        if not turn.lock.acquire(timeout=wait_seconds):
+            raise StorageError(
+                f"{self._database}: another thread of this process holds the write "
+                f"turn (waited {wait_seconds:g} s)",
+                code="database_busy",
+            )
         try:
-            yield
-        finally:
+            if turn.depth == 0:
+                fd = _lock(self._name, max(0.0, deadline - time.monotonic()))
+                if fd == _TAKEN:
+                    raise StorageError(
+                        f"{self._database}: another process holds the write turn "
+                        f"(waited {wait_seconds:g} s)",
+                        code="database_busy",
+                    )
+                turn.fd = fd
+        except BaseException:
+            turn.lock.release()
+            raise
+        turn.depth += 1  # only once the turn is really held
+        self._turn = turn
+
+    def __exit__(self, *exc_info: object) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        self._turn = None
+        try:
             turn.depth -= 1
             if turn.depth == 0 and turn.fd >= 0:
                 # gives the turn back (flock belongs to the open file)
                 os.close(turn.fd)
                 turn.fd = -1
-    finally:
-        turn.lock.release()
+        finally:
+            turn.lock.release()
 
 
 _TAKEN = -2  # _lock: another process kept the turn for longer than we may wait

@@ -35,6 +35,7 @@ class SQLiteEngine:
 
     def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
         self.path = self.target = path
+        self._turn_name = os.path.abspath(path)  # the writers' turn, beside the file
         self.where = str(path)
         self.busy_timeout_ms = busy_timeout_ms
 
@@ -67,7 +68,7 @@ class SQLiteEngine:
         conn.execute("BEGIN")  # in WAL mode, one snapshot until the transaction ends
 
     def writer_turn(self, wait_seconds: float) -> AbstractContextManager[None]:
-        return turn.writer_turn(self.path, wait_seconds=wait_seconds)
+        return turn.writer_turn(self._turn_name, wait_seconds=wait_seconds)
 
     def storage_error(self, exc: BaseException) -> StorageError | None:
         return storage_error(exc, self.path) if isinstance(exc, sqlite3.Error) else None
