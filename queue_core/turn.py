@@ -98,7 +98,7 @@ class writer_turn:  # noqa: N801  (used as a function: ``with writer_turn(path):
         self._turn: _Turn | None = None
 
     def __enter__(self) -> None:
-        wait_seconds = self._wait_seconds
+        database, wait_seconds = self._database, self._wait_seconds
         deadline = time.monotonic() + wait_seconds
         turn = _turns.get(self._name)
         if turn is None:
@@ -106,7 +106,7 @@ class writer_turn:  # noqa: N801  (used as a function: ``with writer_turn(path):
                 turn = _turns.setdefault(self._name, _Turn())
         if not turn.lock.acquire(timeout=wait_seconds):
             raise StorageError(
-                f"{self._database}: another thread of this process holds the write "
+                f"{database}: another thread of this process holds the write "
                 f"turn (waited {wait_seconds:g} s)",
                 code="database_busy",
             )
@@ -115,7 +115,7 @@ class writer_turn:  # noqa: N801  (used as a function: ``with writer_turn(path):
                 fd = _lock(self._name, max(0.0, deadline - time.monotonic()))
                 if fd == _TAKEN:
                     raise StorageError(
-                        f"{self._database}: another process holds the write turn "
+                        f"{database}: another process holds the write turn "
                         f"(waited {wait_seconds:g} s)",
                         code="database_busy",
                     )
