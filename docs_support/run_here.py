@@ -19,7 +19,7 @@ NEEDS_A_MACHINE = [
         re.compile(
             r"\b(subprocess|multiprocessing|os\.fork|os\._exit|sys\.executable|signal)\b"
             # the demo's third message is completed by a child process that dies
-            r"|queue_core\.(testing|demo)\b"
+            r"|queue_core\.(testing|(app\.)?demo)\b"
         ),
         "it starts other processes",
     ),

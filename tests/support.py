@@ -19,7 +19,7 @@ def batch(*lines: str) -> str:
 
 
 # The reference demo's five lines, written out from SPEC on purpose (not taken
-# from queue_core.demo), so that tests do not inherit a mistake of the code.
+# from queue_core.app.demo), so that tests do not inherit a mistake of the code.
 DEMO_LINES = (
     '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 10000}}\n'
     '{"event_id": "E0001", "payload": {"amount_cents": 10000, "category": "book"}}\n'

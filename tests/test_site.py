@@ -401,3 +401,17 @@ def test_screenshots_of_four_pages(browser, served_site: str, built_site: Path) 
             assert problems == []
         finally:
             context.close()
+
+
+@pytest.mark.parametrize("source, why", [
+    ("from queue_core.app.demo import run_demo\nrun_demo()", "it starts other processes"),
+    ("from queue_core.demo import DEMO_BATCH", "it starts other processes"),
+    ("from queue_core.testing.child import run_crashing", "it starts other processes"),
+    ("import threading", "it starts threads"),
+    ("Store('postgresql://app@db/queue')", "it needs a PostgreSQL server"),
+    ("from queue_core import Store, ledger\nstore = Store('q.sqlite3')", None),
+])
+def test_a_block_that_needs_a_machine_gets_no_run_button(source: str, why: str | None) -> None:
+    from docs_support.run_here import needs_a_machine
+
+    assert needs_a_machine(source) == why
