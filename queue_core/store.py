@@ -164,9 +164,6 @@ class Store(Completions):
             )
         # chosen once: the protocol below never asks which engine it runs on
         engine = engine_for(path, busy_timeout_ms=busy_timeout_ms)
-        # the file, or the postgresql:// URL, as given
-        self.target: str | Path = engine.target
-        self.where = engine.where
         self.max_attempts = max_attempts
         self.busy_timeout_ms = busy_timeout_ms
         super().__init__(
@@ -182,6 +179,16 @@ class Store(Completions):
         except BaseException:
             self.close()  # a refused target keeps no connection of ours
             raise
+
+    @property
+    def target(self) -> str | Path:
+        """The SQLite file, or the ``postgresql://`` URL: what ``Store()`` was given."""
+        return self.engine.target
+
+    @property
+    def where(self) -> str:
+        """The file, or the URL without its password: what messages name."""
+        return self.engine.where
 
     def __repr__(self) -> str:
         return f"Store({self.where!r}, clock={self.clock!r})"

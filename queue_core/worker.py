@@ -25,6 +25,7 @@ from .rules import (
     DEFAULT_LEASE_SECONDS,
     MAX_BATCH,
     MessageHandler,
+    check_handler,
     check_lease_seconds,
     refusal,
 )
@@ -151,11 +152,8 @@ def work(
             "heartbeat_every needs a LongHandler: a plain handler runs inside the "
             "completion's transaction, where no extension can commit"
         )
-    elif not callable(handler):
-        raise TypeError(
-            "handler must be callable as handler(tx, message), "
-            f"got {type(handler).__name__}"
-        )
+    else:
+        check_handler(handler)
     if max_messages is not None and (
         isinstance(max_messages, bool) or not isinstance(max_messages, int)
     ):

@@ -74,11 +74,6 @@ class Engine(Protocol):
         """Its named statements."""
         ...
 
-    @property
-    def schema_version(self) -> int:
-        """The newest schema version it knows."""
-        ...
-
     def open_queue(self, connection: Callable[[], Connection], *, create: bool) -> None:
         """Check the target; create the queue, or migrate it forward, if it must.
 

@@ -144,7 +144,6 @@ class PostgresEngine:
 
     name: Final = "postgresql"
     sql: Final[Statements] = POSTGRESQL
-    schema_version: Final = SCHEMA_VERSION
 
     def __init__(self, url: str, *, busy_timeout_ms: int) -> None:
         self.url = self.target = url

@@ -31,7 +31,6 @@ class SQLiteEngine:
 
     name: Final = "sqlite"
     sql: Final[Statements] = SQLITE
-    schema_version: Final = SCHEMA_VERSION
 
     def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
         self.path = self.target = path
