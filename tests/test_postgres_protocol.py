@@ -26,6 +26,7 @@ from queue_core import (
     Store,
     StorageError,
     ledger,
+    receipts,
     work,
 )
 
@@ -451,3 +452,27 @@ def test_a_newer_schema_version_is_refused_and_nothing_is_changed(url: str, cloc
         assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (4,)
         assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'messages'"
                             " AND column_name = 'payload_sha256'").fetchone() == (0,)
+
+
+# ------------------------------------------- BEGIN travels with the first statement
+
+def test_a_transaction_that_opens_with_a_script_or_executemany_still_rolls_back_whole(
+        url: str, clock: ModelClock) -> None:
+    # BEGIN waits to go out with the transaction's first statement; a script or an
+    # executemany cannot take it along, so it must go first on its own, or they
+    # would commit by themselves outside the transaction.
+    with Store(url, clock=clock) as store:
+        with store.transaction():
+            pass  # an empty transaction: nothing was begun, nothing to end
+        with pytest.raises(RuntimeError, match="undo"):
+            with store.transaction() as tx:
+                ledger.install_tx(tx)  # its first statement: the ledger's script
+                raise RuntimeError("undo")
+        assert not store.read(lambda view: view.engine.table_exists(view.conn, "effects"))
+        with pytest.raises(RuntimeError, match="undo"):
+            with store.transaction() as tx:
+                tx.conn.executemany(
+                    "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (%s, %s, %s, %s)",
+                    [("north", "op-1", "{}", "E0001")])
+                raise RuntimeError("undo")
+        assert receipts.stored(store) == []

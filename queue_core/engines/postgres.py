@@ -52,14 +52,16 @@ class Rows:
     """The rows of one statement, read as from an sqlite3 cursor."""
 
     def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-        self.rowcount: int = cursor.rowcount
+        self._cursor = cursor  # None: nothing was sent
+        self.rowcount: int = -1 if cursor is None else cursor.rowcount
 
     def fetchone(self) -> Any:
-        return self._cursor.fetchone() if self._cursor.description is not None else None
+        if self._cursor is None or self._cursor.description is None:
+            return None
+        return self._cursor.fetchone()
 
     def fetchall(self) -> list[Any]:
-        if self._cursor.description is None:
+        if self._cursor is None or self._cursor.description is None:
             return []
         return list(self._cursor.fetchall())
 
@@ -101,9 +103,7 @@ class PostgresConnection:
             if begin is None:
                 return Rows(self.raw.execute(sql, parameters or None))
             if sql in ("COMMIT", "ROLLBACK"):
-                return Rows(
-                    self.raw.execute("SELECT 1 WHERE false")
-                )  # nothing was begun
+                return Rows(None)  # nothing was begun: nothing to end
             # psycopg's pipeline mode sends both and waits once
             with self.raw.pipeline():
                 self.raw.execute(begin)
@@ -112,8 +112,15 @@ class PostgresConnection:
         except self._errors as exc:
             raise storage_error(exc, self.url) from exc
 
+    def _send_begin(self) -> None:
+        """Send a waiting BEGIN on its own (a statement that cannot take it along)."""
+        begin, self._begin = self._begin, None
+        if begin is not None:
+            self.raw.execute(begin)
+
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
         try:
+            self._send_begin()
             with self.raw.cursor() as cursor:
                 cursor.executemany(sql, list(parameters))
         except self._errors as exc:
@@ -122,6 +129,7 @@ class PostgresConnection:
     def execute_script(self, text: str) -> None:
         """Several statements in one text, without parameters (a simple query)."""
         try:
+            self._send_begin()
             self.raw.execute(text)
         except self._errors as exc:
             raise storage_error(exc, self.url) from exc
