@@ -276,6 +276,10 @@ class Transactions:
                 conn.execute("ROLLBACK")
             except Exception:
                 pass  # the connection is discarded, which rolls back as well
+        self._raise(exc)
+
+    def _raise(self, exc: BaseException) -> NoReturn:
+        """Raise ``exc``; a driver's error as the ``StorageError`` it means."""
         translated = self.engine.storage_error(exc)
         if translated is not None:
             raise translated from exc
@@ -293,10 +297,7 @@ class Transactions:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
             except Exception as exc:
-                translated = self.engine.storage_error(exc)
-                if translated is not None:
-                    raise translated from exc
-                raise
+                self._raise(exc)
 
     def read(self, body: Callable[[Tx], T]) -> T:
         """Run ``body(view)`` in one consistent snapshot; wait out a busy database.
@@ -378,10 +379,7 @@ class Transactions:
                     try:
                         return body(self._tx(conn))
                     except Exception as exc:
-                        translated = self.engine.storage_error(exc)
-                        if translated is not None:
-                            raise translated from exc
-                        raise
+                        self._raise(exc)
             except StorageError as exc:
                 self._discard_unless_usable(conn, exc)
                 raise
