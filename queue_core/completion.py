@@ -8,11 +8,12 @@ the deadline are checked in the same statement that writes), and raises
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 
 from . import turn
-from .errors import LeaseLost, NoThreads
+from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
 from .reads import Reads, fetch_message
 from .rules import (
@@ -105,6 +106,60 @@ class Completions(Reads):
             raise
         tx.conn.execute("RELEASE message")
         return result
+
+    def _complete_claimed_tx(
+        self, tx: Tx, batch: list[Claimed], handler: MessageHandler
+    ) -> list[Completion] | None:
+        """A batch's usual case: every effect, then one fenced ACK for them all.
+
+        The statements go out together (on PostgreSQL, one round trip for the
+        whole batch). Anything unusual, a handler that refuses or raises, a
+        statement that fails, a lease that is not current any more, undoes
+        the whole attempt and returns None: the caller then completes the
+        messages one at a time, which says what happened to each.
+        """
+        tx.conn.execute("SAVEPOINT batch")
+        unusual: BaseException | None = None
+        escaped: BaseException | None = None  # from a probe: not unusual, raised
+        acked = None
+        try:
+            with tx.engine.together(tx.conn):
+                for claimed in batch:
+                    try:
+                        handler(tx, claimed.message)
+                    except Exception as exc:
+                        unusual = exc
+                        break
+                    try:
+                        self._at("complete.after_effect")
+                    except BaseException as exc:
+                        escaped = exc
+                        break
+                else:
+                    leases = [[c.lease.event_id, c.lease.generation] for c in batch]
+                    acked = tx.conn.execute(
+                        tx.sql.ack_many, {**tx.times(), "leases": json.dumps(leases)}
+                    )
+            # read once everything is answered: no extra wait on PostgreSQL
+            if acked is not None and acked.rowcount != len(batch):
+                unusual = LeaseLost("a lease of the batch is not current")
+        except StorageError as exc:
+            if escaped is None:
+                unusual = exc
+        if escaped is not None:
+            raise escaped
+        if unusual is None:
+            tx.conn.execute("RELEASE batch")
+            for _ in batch:
+                self._at("complete.after_update")
+            return [Completion(c.lease.event_id, Outcome.DONE) for c in batch]
+        if not tx.conn.in_transaction:
+            # SQLite itself ended the transaction (e.g. a full disk): nothing
+            # is left to undo to, or to record a refusal in
+            raise unusual
+        tx.conn.execute("ROLLBACK TO batch")
+        tx.conn.execute("RELEASE batch")
+        return None
 
     def complete_message(self, claimed: Claimed, handler: MessageHandler) -> Completion:
         """Effect + ACK of what ``claim_message`` returned: the worker's path.

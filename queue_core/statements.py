@@ -56,6 +56,8 @@ class Dialect:
     placeholder: str  # as the driver wants it: "?" or "%s"
     # the value bound to ids_in_list's parameter
     id_list: Callable[[list[str]], object]
+    # matches (event_id, generation) against :leases, a JSON array of such pairs
+    leases_in_list: str
     # the time in a statement with named parameters: now (whole seconds, rounded
     # down) and a new lease's end (rounded up, plus :lease_seconds); where the
     # engine has a clock of its own, a NULL parameter means "read it"
@@ -83,6 +85,9 @@ class Statements:
     claim_messages: str
     # the fence and the ACK, with named parameters and the engine's clock
     ack: str
+    # the same for every lease of a batch at once: it changes as many rows as
+    # there are leases only if each is still its message's current lease
+    ack_many: str
     # one message, and one message locked for the fenced check
     message: str
     message_locked: str
@@ -216,6 +221,9 @@ def _statements(dialect: Dialect) -> Statements:
         f"done_at = {dialect.now} WHERE event_id = :event_id "
         "AND generation = :generation "
         f"AND state = 'leased' AND lease_until > {dialect.now}",
+        "ack_many": "UPDATE messages SET state = 'done', lease_until = NULL, "
+        f"done_at = {dialect.now} WHERE {dialect.leases_in_list} "
+        f"AND state = 'leased' AND lease_until > {dialect.now}",
     }
     for name, sql in written.items():
         # No statement here holds a literal '?' or '%', so the driver's
@@ -259,6 +267,8 @@ SQLITE: Final = _statements(
         server_time=None,
         placeholder="?",
         id_list=json.dumps,
+        leases_in_list="(event_id, generation) IN (SELECT json_extract(value, '$[0]'),"
+        " json_extract(value, '$[1]') FROM json_each(:leases))",
         now=":now",
         until=":until",
     )
@@ -280,6 +290,9 @@ POSTGRESQL: Final = _statements(
         server_time="SELECT extract(epoch FROM clock_timestamp())::float8",
         placeholder="%s",
         id_list=list,
+        leases_in_list="(event_id, generation) IN (SELECT lease ->> 0,"
+        " CAST(lease ->> 1 AS BIGINT)"
+        " FROM jsonb_array_elements(CAST(:leases AS JSONB)) AS lease)",
         # statement_timestamp(): one reading for the whole statement
         now="coalesce(CAST(:now AS BIGINT),"
         " CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT))",

@@ -474,9 +474,11 @@ class Store(Completions):
         effect and its ACK are kept or undone together. A lease lost for one
         message undoes only that message and is reported as
         ``Outcome.LEASE_LOST`` instead of raised, so the others still commit.
-        Given what ``claim_messages`` returned, each message runs as in
-        ``complete_message`` instead: no read before its effect, the fenced
-        ACK after it.
+        Given what ``claim_messages`` returned, there is no read before the
+        effects: every handler runs, then one fenced ACK marks them all done,
+        and only if each lease is still current; otherwise (or if a handler
+        refuses, or a statement fails) that attempt is undone and the batch
+        runs one message at a time as in ``complete_message``.
 
         :param leases: what ``claim_many`` or ``claim_messages`` returned (at most
             ``MAX_BATCH``).
@@ -499,8 +501,14 @@ class Store(Completions):
         self, tx: Tx, leases: Iterable[Lease | Claimed], handler: MessageHandler
     ) -> list[Completion]:
         """``complete_many`` inside the caller's transaction."""
+        batch = list(leases)
+        claimed = [item for item in batch if isinstance(item, Claimed)]
+        if claimed and len(claimed) == len(batch):
+            done = self._complete_claimed_tx(tx, claimed, handler)
+            if done is not None:
+                return done
         results: list[Completion] = []
-        for item in leases:
+        for item in batch:
             lease, message = (
                 (item.lease, item.message)
                 if isinstance(item, Claimed)

@@ -29,6 +29,7 @@ from queue_core import (
     ledger,
     work,
 )
+from queue_core.testing.faults import Tracer
 from queue_core.values import Claimed, Lease
 
 
@@ -201,6 +202,36 @@ def test_a_worker_killed_between_effect_and_commit_leaves_no_effect(store: Store
     assert ledger.totals(store).count == 1 and store.message("E0001").expired_leases == 1
 
 
+CRASHING_BATCH_WORKER = """
+import os, signal, sys
+from queue_core import Handler, ModelClock, Store, work
+from queue_core.testing.faults import FaultPlan
+effects = []
+def second_effect_kills():
+    effects.append(1)
+    if len(effects) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+plan = FaultPlan().arm("complete.after_effect", second_effect_kills)
+store = Store(sys.argv[1], clock=ModelClock(1000), probe=plan)
+work(store, Handler(), lease_seconds=30, batch=3)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_killed_inside_a_batch_leaves_no_effect_of_it(store: Store, clock: ModelClock) -> None:
+    # Killed with two effects sent (on PostgreSQL perhaps not yet answered)
+    # and the batch's ACK not: nothing of the batch is kept.
+    fill(store, "E0001", "E0002", "E0003")
+    child = subprocess.run([sys.executable, "-c", CRASHING_BATCH_WORKER, str(store.target)],
+                           capture_output=True, text=True, timeout=50)
+    assert child.returncode == -9, child.stderr
+    assert ledger.totals(store).count == 0
+    assert {(m.state, m.generation) for m in store.messages()} == {("leased", 1)}
+    clock.advance(30)
+    assert work(store, Handler(), batch=3).done == 3
+    assert [e[0] for e in ledger.effects(store)] == ["E0001", "E0002", "E0003"]
+
+
 # ------------------------------------------------------- the batched path
 
 def test_claim_messages_leases_what_claim_many_leases(store: Store, tmp_path: Path, clock: ModelClock) -> None:
@@ -231,3 +262,66 @@ def test_complete_many_with_claimed_messages_keeps_each_message_to_itself(store:
     assert outcomes == [Outcome.LEASE_LOST, Outcome.DONE, Outcome.DONE, Outcome.DEAD]
     assert [e[0] for e in ledger.effects(store)] == ["E0002", "E0003"]
     assert store.message("E0004").last_error == "invalid_payload"
+
+
+def test_a_usual_batch_writes_every_effect_then_one_ack_for_all(store: Store) -> None:
+    # The usual case goes out together (one round trip on PostgreSQL): every
+    # effect, then one fenced ACK; the points show the order, unlike the
+    # one-at-a-time path's effect, ACK, effect, ACK.
+    fill(store, "E0001", "E0002", "E0003")
+    tracer = Tracer()
+    with Store(store.target, clock=ModelClock(1000), probe=tracer) as traced:
+        outcomes = [c.outcome for c in traced.complete_many(traced.claim_messages(3, 10), Handler())]
+    assert outcomes == [Outcome.DONE] * 3
+    assert [p for p in tracer.reached if p.startswith("complete.")] == (
+        ["complete.after_effect"] * 3 + ["complete.after_update"] * 3)
+    assert [e[0] for e in ledger.effects(store)] == ["E0001", "E0002", "E0003"]
+    assert {(m.state, m.done_at) for m in store.messages()} == {("done", 1000)}
+
+
+def test_a_handler_reading_inside_a_batch_sees_the_effects_before_its_own(store: Store) -> None:
+    # On PostgreSQL a read waits for the answers to what was sent before it.
+    fill(store, "E0001", "E0002", "E0003")
+    seen: list[int] = []
+
+    def counting(tx: Any, message: Any) -> None:
+        seen.append(tx.execute("SELECT count(*) FROM effects").fetchone()[0])
+        Handler()(tx, message)
+
+    outcomes = [c.outcome for c in store.complete_many(store.claim_messages(3, 10), counting)]
+    assert outcomes == [Outcome.DONE] * 3 and seen == [0, 1, 2]
+
+
+def test_a_statement_failing_in_a_batch_is_that_messages_refusal_only(store: Store) -> None:
+    # E0002's effect row is there already: the handler's INSERT fails at the
+    # server (on PostgreSQL only when the batch's answers come back). The batch
+    # is done again one message at a time, which records it as E0002's refusal.
+    fill(store, "E0001", "E0002", "E0003")
+    store.write(lambda tx: tx.execute(
+        "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0002', 'book', 1)"))
+    tracer = Tracer()
+    with Store(store.target, clock=ModelClock(1000), probe=tracer) as traced:
+        completions = traced.complete_many(traced.claim_messages(3, 10), Handler())
+    assert [c.outcome for c in completions] == [Outcome.DONE, Outcome.RETRY, Outcome.DONE]
+    assert completions[1].error == "handler_error" and "constraint" in (completions[1].detail or "")
+    assert sorted((e[0], e[2]) for e in ledger.effects(store)) == [("E0001", 100), ("E0002", 1), ("E0003", 100)]
+    assert "complete.after_update" in tracer.reached  # the one-at-a-time path recorded it
+
+
+def test_a_probe_raising_inside_a_batch_rolls_the_whole_transaction_back(store: Store) -> None:
+    fill(store, "E0001", "E0002", "E0003")
+    hits: list[str] = []
+
+    def second_effect_fails(point: str) -> None:
+        if point == "complete.after_effect":
+            hits.append(point)
+            if len(hits) == 2:
+                raise RuntimeError("injected at the second effect")
+
+    with Store(store.target, clock=ModelClock(1000), probe=second_effect_fails) as faulty:
+        batch = faulty.claim_messages(3, 10)
+        with pytest.raises(RuntimeError, match="injected"):
+            faulty.complete_many(batch, Handler())
+    assert len(hits) == 2  # raised, not taken for a refusal and tried again
+    assert ledger.effects(store) == []
+    assert {m.state for m in store.messages()} == {"leased"}

@@ -118,6 +118,15 @@ class Engine(Protocol):
         """Run every statement of an SQL script inside the open transaction."""
         ...
 
+    def together(self, conn: Connection) -> AbstractContextManager[None]:
+        """Statements of the block may go out together, unanswered until needed.
+
+        A result read inside the block waits for what was sent before it; the
+        block's end waits for all, and raises the first ``StorageError`` of
+        them. Where a statement costs no round trip (SQLite), nothing changes.
+        """
+        ...
+
 
 def engine_for(target: str | Path, *, busy_timeout_ms: int) -> Engine:
     """The engine for ``target``: a ``postgresql://`` URL, or an SQLite file."""

@@ -49,19 +49,33 @@ def _psycopg() -> Any:
 
 
 class Rows:
-    """The rows of one statement, read as from an sqlite3 cursor."""
+    """The rows of one statement, read as from an sqlite3 cursor.
 
-    def __init__(self, cursor: Any) -> None:
+    Sent inside ``together``, its answer may not have come yet: reading it
+    first waits for everything sent before it (``settle``).
+    """
+
+    def __init__(self, cursor: Any, settle: Callable[[], None] | None = None) -> None:
         self._cursor = cursor  # None: nothing was sent
-        self.rowcount: int = -1 if cursor is None else cursor.rowcount
+        self._settle = settle
+
+    def _answered(self) -> Any:
+        settle, self._settle = self._settle, None
+        if settle is not None and self._cursor.pgresult is None:
+            settle()
+        return self._cursor
+
+    @property
+    def rowcount(self) -> int:
+        return -1 if self._cursor is None else self._answered().rowcount
 
     def fetchone(self) -> Any:
-        if self._cursor is None or self._cursor.description is None:
+        if self._cursor is None or self._answered().description is None:
             return None
         return self._cursor.fetchone()
 
     def fetchall(self) -> list[Any]:
-        if self._cursor is None or self._cursor.description is None:
+        if self._cursor is None or self._answered().description is None:
             return []
         return list(self._cursor.fetchall())
 
@@ -78,6 +92,7 @@ class PostgresConnection:
         self._status = psycopg.pq.TransactionStatus
         self.url = url
         self._begin: str | None = None  # a BEGIN that waits for its first statement
+        self._pipeline: Any = None  # psycopg's pipeline, inside ``together``
         try:
             self.raw = psycopg.connect(url, autocommit=True)
         # never connected: nothing was lost, nothing was written
@@ -100,6 +115,12 @@ class PostgresConnection:
     def execute(self, sql: str, parameters: Any = (), /) -> Rows:
         begin, self._begin = self._begin, None
         try:
+            if self._pipeline is not None:  # sent now, answered when read
+                if begin is not None:
+                    if sql in ("COMMIT", "ROLLBACK"):
+                        return Rows(None)
+                    self.raw.execute(begin)
+                return Rows(self.raw.execute(sql, parameters or None), self._settle)
             if begin is None:
                 return Rows(self.raw.execute(sql, parameters or None))
             if sql in ("COMMIT", "ROLLBACK"):
@@ -109,6 +130,29 @@ class PostgresConnection:
                 self.raw.execute(begin)
                 cursor = self.raw.execute(sql, parameters or None)
             return Rows(cursor)
+        except self._errors as exc:
+            raise storage_error(exc, self.url) from exc
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """psycopg's pipeline mode: statements go out without waiting for answers."""
+        if self._pipeline is not None:
+            yield  # already together
+            return
+        try:
+            with self.raw.pipeline() as pipeline:
+                self._pipeline = pipeline
+                try:
+                    yield
+                finally:
+                    self._pipeline = None
+        except self._errors as exc:
+            raise storage_error(exc, self.url) from exc
+
+    def _settle(self) -> None:
+        """Wait for the answers to everything sent so far."""
+        try:
+            self._pipeline.sync()
         except self._errors as exc:
             raise storage_error(exc, self.url) from exc
 
@@ -261,6 +305,11 @@ class PostgresEngine:
         if not isinstance(conn, PostgresConnection):
             raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
         conn.execute_script(text)
+
+    def together(self, conn: Connection) -> AbstractContextManager[None]:
+        if not isinstance(conn, PostgresConnection):
+            raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
+        return conn.together()
 
 
 @functools.lru_cache(maxsize=512)

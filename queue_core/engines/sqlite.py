@@ -8,6 +8,7 @@ beside the file, and which stable code an ``sqlite3`` error becomes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Callable
@@ -81,6 +82,9 @@ class SQLiteEngine:
     def run_script(self, conn: Connection, text: str) -> None:
         for statement in sql_statements(text):
             conn.execute(statement)
+
+    def together(self, conn: Connection) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # a statement here is a function call
 
 
 def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
