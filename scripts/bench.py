@@ -111,6 +111,23 @@ def timed() -> Iterator[list[float]]:
     box.append(time.perf_counter() - started)
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of every CPU of the machine so far, from /proc/stat (Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_between(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The share of the machine's CPU time that was busy between two readings."""
+    total = after[1] - before[1]
+    return None if total <= 0 else round((after[0] - before[0]) / total, 3)
+
+
 # ------------------------------------------------------------- measurements
 
 def measure_raw(folder: Path, commits: int, journal: str = "WAL", synchronous: str = "FULL") -> float:
@@ -243,8 +260,11 @@ with Store(sys.argv[1], clock=ModelClock(int(sys.argv[2])), create=False) as sto
 
 
 def measure_processes(folder: Path, messages: int, workers: int,
-                      postgres: PostgresDatabases | None = None) -> tuple[float, list[int]]:
-    """N worker processes draining one queue: a new file, or (``postgres``) a new PostgreSQL database."""
+                      postgres: PostgresDatabases | None = None) -> tuple[float, list[int], float | None]:
+    """N worker processes draining one queue: a new file, or (``postgres``) a new PostgreSQL database.
+
+    Also returns how busy the machine's CPUs were meanwhile (workers and server share them).
+    """
     path: Path | str
     if postgres is None:
         path = fresh_queue(folder, f"workers-{workers}", messages)
@@ -258,12 +278,14 @@ def measure_processes(folder: Path, messages: int, workers: int,
         for process in processes:  # every worker has started Python and opened the file
             if process.stdout is None or process.stdout.readline().strip() != "ready":
                 raise SystemExit("a worker did not start")
+        ticks = cpu_ticks()
         with timed() as seconds:
             for process in processes:
                 assert process.stdin is not None
                 process.stdin.write("go\n")
                 process.stdin.flush()
             outputs = [process.communicate()[0] for process in processes]
+        busy = busy_between(ticks, cpu_ticks())
     finally:
         for process in processes:
             if process.poll() is None:
@@ -272,7 +294,7 @@ def measure_processes(folder: Path, messages: int, workers: int,
         raise SystemExit(f"workers_{workers}: exit statuses {[p.returncode for p in processes]}")
     shares = [json.loads(output)["done"] for output in outputs]
     verify_queue(path, messages)
-    return messages / seconds[0], shares
+    return messages / seconds[0], shares, busy
 
 
 class PostgresDatabases:
@@ -331,6 +353,34 @@ class PostgresDatabases:
                 summary = work(store, Handler(), lease_seconds=600, batch=batch)
         if summary.done != messages:
             raise SystemExit(f"postgresql batch_{batch}: {summary}")
+        verify_queue(url, messages)
+        return messages / seconds[0]
+
+    def bare(self, messages: int) -> float:
+        """The simple path's statements straight through psycopg, without queue_core.
+
+        As ``work()`` sends them: the claim in autocommit, then ``BEGIN`` with
+        the effect's INSERT in one round trip, the fenced ACK, ``COMMIT``.
+        """
+        import psycopg
+
+        url = self.new_database()
+        fill_queue(url, messages)
+        claim, ack = statements.POSTGRESQL.claim_messages, statements.POSTGRESQL.ack
+        wanted = {"now": None, "until": None, "lease_seconds": 600, "wanted": 1,
+                  "max_attempts": 3, "lease_expired": "lease_expired"}
+        with psycopg.connect(self.cluster.conninfo(url.split("/")[3].split("?")[0]), autocommit=True) as conn:
+            with timed() as seconds:
+                while (row := conn.execute(claim, wanted).fetchone()) is not None:
+                    event_id, payload, generation = row[0], json.loads(row[1]), row[4]
+                    with conn.pipeline():
+                        conn.execute("BEGIN")
+                        conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (%s, %s, %s)",
+                                     (event_id, payload["category"], payload["amount_cents"]))
+                    acked = conn.execute(ack, {"now": None, "event_id": event_id, "generation": generation})
+                    if acked.rowcount != 1:
+                        raise SystemExit(f"postgresql bare: {event_id} was not acknowledged")
+                    conn.execute("COMMIT")
         verify_queue(url, messages)
         return messages / seconds[0]
 
@@ -562,6 +612,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
     samples: dict[str, list[float]] = {}
     latencies: dict[str, list[float]] = {}
     shares: dict[str, list[list[int]]] = {}
+    cpu_busy: dict[str, list[float | None]] = {}
     jobs: list[tuple[str, Callable[[Path], None]]] = []
 
     def rate(name: str, value: float) -> None:
@@ -584,9 +635,10 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         jobs.append((name, job))
     for count in worker_counts:
         def procs(f: Path, count: int = count) -> None:
-            value, split = measure_processes(f, messages, count)
+            value, split, busy = measure_processes(f, messages, count)
             rate(f"workers_{count}", value)
             shares.setdefault(f"workers_{count}", []).append(split)
+            cpu_busy.setdefault(f"workers_{count}", []).append(busy)
         jobs.append((f"workers_{count}", procs))
     # The PostgreSQL column runs in a phase of its own after the SQLite rounds:
     # an idle server still writes (checkpoints), and those writes would share
@@ -601,15 +653,21 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
             rate("postgresql raw", postgres_server.raw_commits(messages))
         postgres_jobs.append(("postgresql raw", pg_raw))
 
+        def pg_bare(f: Path) -> None:
+            assert postgres_server is not None
+            rate("postgresql bare SQL, simple path", postgres_server.bare(messages))
+        postgres_jobs.append(("postgresql bare SQL, simple path", pg_bare))
+
         def pg_batch(f: Path) -> None:
             assert postgres_server is not None
             rate(f"postgresql batch_{PG_BATCH}", postgres_server.batched(messages, PG_BATCH))
         postgres_jobs.append((f"postgresql batch_{PG_BATCH}", pg_batch))
         for count in worker_counts:
             def pg_procs(f: Path, count: int = count) -> None:
-                value, split = measure_processes(f, messages, count, postgres_server)
+                value, split, busy = measure_processes(f, messages, count, postgres_server)
                 rate(f"postgresql workers_{count}", value)
                 shares.setdefault(f"postgresql workers_{count}", []).append(split)
+                cpu_busy.setdefault(f"postgresql workers_{count}", []).append(busy)
             postgres_jobs.append((f"postgresql workers_{count}", pg_procs))
     with_peers = peers and peers_available()
     if with_peers:
@@ -655,6 +713,10 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
            for n in worker_counts if n > 1 and "workers_1" in median},
         **({"postgresql workers_1 / its two-commit ceiling":
             (median["postgresql workers_1"] / (median["postgresql raw"] / 2), ">= 0.8"),
+            "postgresql bare SQL of the simple path / its two-commit ceiling":
+            (median["postgresql bare SQL, simple path"] / (median["postgresql raw"] / 2), "(reference)"),
+            "postgresql workers_1 / bare SQL of the simple path":
+            (median["postgresql workers_1"] / median["postgresql bare SQL, simple path"], "(reference)"),
             f"postgresql batch_{PG_BATCH} / postgresql raw":
             (median[f"postgresql batch_{PG_BATCH}"] / median["postgresql raw"], ">= 2"),
             "postgresql round trips per message": (round_trips[0], "<= 5")}
@@ -677,6 +739,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         "two_commit_ceiling": round(ceiling, 1),
         "latency_ms": {name: round(statistics.median(values) * 1000, 3) for name, values in latencies.items()},
         "shares": shares,
+        "cpu_busy": cpu_busy,
         "claim_microseconds": {rows: round(seconds * 1e6, 1) for rows, seconds in claim_seconds.items()},
         "enqueue_1000_ms": round(enqueue_seconds * 1000, 2),
         "enqueue_1000_parse_ms": round(parse_seconds * 1000, 2),

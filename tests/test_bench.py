@@ -31,6 +31,9 @@ def test_bench_reports_every_measurement_and_every_target() -> None:
     assert all(rate > 0 for rate in report["messages_per_second"].values())
     assert set(report["latency_ms"]) == {"simple", "batch_16"}
     assert [sum(split) for split in report["shares"]["workers_2"]] == [1010]
+    # how busy the CPUs were while the workers ran: a share of the machine, read from /proc/stat
+    assert set(report["cpu_busy"]) == {"workers_1", "workers_2"}
+    assert all(0 < busy <= 1 for rounds in report["cpu_busy"].values() for busy in rounds)
     assert len(report["memory_kib"]) == 2
     assert set(report["targets"]) == {
         "simple / two-commit ceiling", "bare SQL of the simple path / two-commit ceiling", "batch_16 / raw commits",
@@ -68,7 +71,8 @@ def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
         assert result["postgresql"]["synchronous_commit"] == "on", result["postgresql"]
         assert rates["postgresql raw"] > 0 and rates["postgresql workers_1"] > 0 and rates["postgresql workers_2"] > 0
         assert sum(result["shares"]["postgresql workers_2"][0]) == 300  # every message once, across both workers
-        assert rates["postgresql batch_64"] > 0
+        assert rates["postgresql batch_64"] > 0 and rates["postgresql bare SQL, simple path"] > 0
+        assert 0 < result["cpu_busy"]["postgresql workers_2"][0] <= 1
         # counted from the server's statement log: the claim, BEGIN, the effect, the ACK, COMMIT
         # (the last claim, which finds the queue empty, belongs to no message)
         assert result["postgresql"]["round_trips_per_message"] == 5, result["postgresql"]
