@@ -194,6 +194,11 @@ def _setup_extend(store: Store, clock: ModelClock, folder: Path) -> dict[str, An
     return {"now": START + 1, "lease": lease, "lease_seconds": 5 * LEASE}
 
 
+def _setup_release(store: Store, clock: ModelClock, folder: Path) -> dict[str, Any]:
+    store.enqueue(batch_text(DEMO_EVENTS))
+    return {"now": START + 1, "lease": store.claim(LEASE)}
+
+
 def _setup_complete_refused(
     store: Store, clock: ModelClock, folder: Path
 ) -> dict[str, Any]:
@@ -413,6 +418,21 @@ SCENARIOS: tuple[Scenario, ...] = (
         spec="Halfway through E0001's lease, its worker extends it to end 10 s from now: the deadline "
         "moves, nothing else (no attempt spent, the same generation). Either way the worker then dies: "
         "the lease, extended or not, runs out, and generation 2 completes E0001.",
+    ),
+    Scenario(
+        "release",
+        "release a lease (a stopping worker)",
+        "release",
+        DEMO_EVENTS,
+        _setup_release,
+        {
+            ROLLED_BACK: {**_DEMO_FINAL, "E0001": ("done", 2, 2, None)},
+            COMMITTED: {**_DEMO_FINAL, "E0001": ("done", 1, 2, None)},
+        },
+        ("E0001",),
+        spec="A worker gives E0001's lease back unfinished: E0001 is ready again at once and its claim "
+        "does not count as an attempt (the generation stays). Rolled back, the lease stays until it "
+        "runs out and generation 2 is the second attempt; committed, generation 2 is the first.",
     ),
     Scenario(
         "fail-temporary",

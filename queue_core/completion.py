@@ -275,6 +275,39 @@ class Completions(Reads):
         self._at("complete.after_update")
         return Completion(lease.event_id, Outcome.DONE)
 
+    # --------------------------------------------------------------- release
+
+    def release(self, lease: Lease) -> Completion:
+        """Give a lease back unfinished: the message is ready again at once.
+
+        Fenced like ``complete``. The message keeps its place in the claim
+        order, and the claim that took it does not count as an attempt: a
+        worker that stops before it starts a message has not tried it. The
+        generation stays, so the released lease can no longer complete.
+
+        :param lease: the current lease (what ``claim`` returned).
+        :returns: the outcome ``RELEASED``.
+        :raises LeaseLost: the lease is no longer the message's current,
+            unexpired lease (nothing is changed).
+        """
+        check_lease(lease)
+        return self._write("release", lambda tx: self.release_tx(tx, lease))
+
+    def release_tx(self, tx: Tx, lease: Lease) -> Completion:
+        """``release`` inside the caller's transaction."""
+        self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
+        self._at("release.after_read")
+        params = {
+            **tx.times(),
+            "event_id": lease.event_id,
+            "generation": lease.generation,
+        }
+        # the row is locked and checked: the fenced UPDATE changes it
+        if tx.conn.execute(tx.sql.release, params).rowcount != 1:
+            raise LeaseLost(f"{lease.event_id}: the lease changed while it was released")
+        self._at("release.after_update")
+        return Completion(lease.event_id, Outcome.RELEASED)
+
     # ---------------------------------------------------------------- extend
 
     def extend(self, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease:

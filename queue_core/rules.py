@@ -39,6 +39,7 @@ _EXTRA_STEPS = {
     "fail": ("after_update",),
     "redrive": ("after_update",),
     "extend": ("after_update",),
+    "release": ("after_update",),
 }
 # The batched path's transactions reach their messages' steps (claim.*,
 # complete.*) once per message, and these of their own.

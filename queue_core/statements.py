@@ -88,6 +88,9 @@ class Statements:
     # the same for every lease of a batch at once: it changes as many rows as
     # there are leases only if each is still its message's current lease
     ack_many: str
+    # a lease given back, fenced like the ACK: ready again at its old place,
+    # and the claim that took it does not count as an attempt
+    release: str
     # one message, and one message locked for the fenced check
     message: str
     message_locked: str
@@ -219,6 +222,10 @@ def _statements(dialect: Dialect) -> Statements:
             RETURNING {_RETURNED_COLUMNS}""",
         "ack": "UPDATE messages SET state = 'done', lease_until = NULL, "
         f"done_at = {dialect.now} WHERE event_id = :event_id "
+        "AND generation = :generation "
+        f"AND state = 'leased' AND lease_until > {dialect.now}",
+        "release": "UPDATE messages SET state = 'ready', lease_until = NULL, "
+        "attempts = attempts - 1 WHERE event_id = :event_id "
         "AND generation = :generation "
         f"AND state = 'leased' AND lease_until > {dialect.now}",
         "ack_many": "UPDATE messages SET state = 'done', lease_until = NULL, "

@@ -37,11 +37,12 @@ class Outcome(str, Enum):
     RETRY = "retry"
     DEAD = "dead"
     LEASE_LOST = "lease_lost"  # only in complete_many: fencing refused this one message
+    RELEASED = "released"  # given back unfinished: ready again (``Store.release``)
 
 
 @dataclass(frozen=True)
 class Completion:
-    """What ``complete`` or ``fail`` did to one message."""
+    """What ``complete``, ``fail`` or ``release`` did to one message."""
 
     event_id: str
     outcome: Outcome

@@ -325,3 +325,37 @@ def test_a_probe_raising_inside_a_batch_rolls_the_whole_transaction_back(store: 
     assert len(hits) == 2  # raised, not taken for a refusal and tried again
     assert ledger.effects(store) == []
     assert {m.state for m in store.messages()} == {"leased"}
+
+
+# ------------------------------------------------------------- release
+
+def test_release_gives_the_message_back_ready_at_its_place_without_spending_the_attempt(
+        store: Store, clock: ModelClock) -> None:
+    fill(store, "E0001", "E0002")
+    claimed = store.claim_message(30)
+    assert claimed is not None and claimed.lease.event_id == "E0001"
+    assert store.release(claimed.lease).outcome is Outcome.RELEASED
+    stored = store.message("E0001")
+    assert (stored.state, stored.attempts, stored.generation, stored.lease_until) == ("ready", 0, 1, None)
+    with pytest.raises(LeaseLost, match="E0001 is ready, not leased"):
+        store.complete_message(claimed, Handler())  # the released lease is fenced
+    again = store.claim_message(30)  # first in the claim order still
+    assert again is not None and again.lease == Lease("E0001", 2, 1, 1030)
+    assert store.complete_message(again, Handler()).outcome is Outcome.DONE
+    assert [e[0] for e in ledger.effects(store)] == ["E0001"]
+
+
+def test_release_is_fenced_like_a_completion(store: Store, clock: ModelClock) -> None:
+    fill(store, "E0001")
+    claimed = store.claim_message(30)
+    assert claimed is not None
+    clock.advance(30)  # the lease ran out
+    with pytest.raises(LeaseLost, match="the lease ended at 1030"):
+        store.release(claimed.lease)
+    taken = store.claim_message(30)
+    assert taken is not None and taken.lease.generation == 2
+    with pytest.raises(LeaseLost, match="generation 1 is stale"):
+        store.release(claimed.lease)
+    assert store.message("E0001").state == "leased" and store.message("E0001").generation == 2
+    with pytest.raises(TypeError):
+        store.release("E0001")  # type: ignore[arg-type]

@@ -165,7 +165,7 @@ def child_command(
             command += ["--category", name]
         if receipts:
             command.append("--receipts")
-    elif operation in ("complete", "fail", "extend"):
+    elif operation in ("complete", "fail", "extend", "release"):
         if lease is None:
             raise ValueError(f"{operation} needs lease=Lease(...)")
         command += [
@@ -176,6 +176,8 @@ def child_command(
         ]
         if operation == "extend":
             command += ["--lease-seconds", str(lease_seconds)]
+        elif operation == "release":
+            pass
         elif operation == "complete":
             for name in categories:
                 command += ["--category", name]
@@ -268,7 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     claim = ops.add_parser("claim", parents=[common])
     claim.add_argument("db", type=Path)
     claim.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
-    for name in ("complete", "fail", "extend"):
+    for name in ("complete", "fail", "extend", "release"):
         op = ops.add_parser(name, parents=[common])
         op.add_argument("db", type=Path)
         op.add_argument("event_id")
@@ -277,6 +279,8 @@ def _parser() -> argparse.ArgumentParser:
         op.add_argument("lease_until", type=int)
         if name == "extend":
             op.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
+        elif name == "release":
+            pass
         elif name == "complete":
             op.add_argument(
                 "--category",
@@ -376,10 +380,12 @@ def _run(store: Store, args: argparse.Namespace) -> None:
         store.claim_many(args.count, args.lease_seconds)
     elif args.operation == "complete_many":
         store.complete_many(args.leases, _handler(args.category, args.receipts))
-    elif args.operation in ("complete", "fail", "extend"):
+    elif args.operation in ("complete", "fail", "extend", "release"):
         lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
         if args.operation == "extend":
             store.extend(lease, args.lease_seconds)
+        elif args.operation == "release":
+            store.release(lease)
         elif args.operation == "complete":
             store.complete(lease, _handler(args.category, args.receipts))
         else:
