@@ -52,7 +52,7 @@ from .values import (
     Pruned,
     StateCounts,
 )
-from .worker import LongHandler, WorkSummary, work
+from .worker import LongHandler, WorkInterrupted, WorkSummary, work
 
 __version__ = "0.2.0"
 
@@ -77,6 +77,7 @@ __all__ = [
     "backoff_seconds",
     "work",
     "WorkSummary",
+    "WorkInterrupted",
     "LongHandler",
     # time
     "Clock",

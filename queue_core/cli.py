@@ -47,7 +47,9 @@ from .store import (
 )
 from .cli_output import PROG, Progress, dead_table, print_json, status_table, wrap
 from .prometheus import exposition
-from .worker import work
+from .cli_work import HandlerNotFound, load_handler, stopping_on_signals
+from .rules import MessageHandler
+from .worker import WorkInterrupted, work
 
 DEFAULT_DB = "queue.sqlite3"
 MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
@@ -109,6 +111,14 @@ def _busy_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected at most {MAX_BUSY_SECONDS} seconds, got {text}"
         )
+    return seconds
+
+
+def _poll_seconds(text: str) -> float:
+    """An argparse type: seconds a --forever worker waits, above 0, at most an hour."""
+    seconds = _busy_seconds(text)
+    if seconds == 0:
+        raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
     return seconds
 
 
@@ -237,7 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         "file", metavar="FILE", help="JSONL batch; '-' reads standard input"
     )
 
-    worker = command("work", "process messages until none is available now")
+    worker = command(
+        "work", "process messages until none is available now (--forever: until stopped)"
+    )
     worker.add_argument(
         "--lease-seconds",
         type=_lease_seconds,
@@ -266,6 +278,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="also accept this category (repeatable)",
+    )
+    worker.add_argument(
+        "--handler",
+        metavar="MODULE:FUNCTION",
+        help="your handler(tx, message) instead of the ledger's, imported as "
+        "Python would (the working directory first)",
+    )
+    worker.add_argument(
+        "--forever",
+        action="store_true",
+        help="when nothing is available, wait and look again, until stopped "
+        "(SIGTERM or Ctrl-C: the message in hand is finished first)",
+    )
+    worker.add_argument(
+        "--poll",
+        type=_poll_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="with --forever: how long to wait when nothing is available (default: 1)",
     )
     shown = worker.add_mutually_exclusive_group()
     shown.add_argument(
@@ -422,28 +453,58 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     # One store (one connection) for the whole command, closed explicitly.
     with open_store(create=False) as store:
-        _run_on(store, args, out)
-    return 0
+        return _run_on(store, args, out)
 
 
-def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+def _worker_handler(args: argparse.Namespace) -> MessageHandler:
+    """The handler ``work`` runs: the caller's (``--handler``), or the ledger's."""
+    if args.poll is not None and not args.forever:
+        raise UsageError("--poll needs --forever")
+    if args.handler is None:
+        return Handler.with_categories(args.category)
+    if args.category:
+        raise UsageError("--category adds categories to the ledger's handler; "
+                         "it cannot go with --handler")
+    try:
+        return load_handler(args.handler)
+    except HandlerNotFound as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _work(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    handler = _worker_handler(args)  # refused before anything is written
+    if args.handler is None:
+        ledger.install(store)  # the ledger's table, beside the queue
+    progress = Progress.for_run(quiet=args.quiet, as_json=args.json)
+    with stopping_on_signals() as stopping:
+        try:
+            summary = work(
+                store,
+                handler,
+                lease_seconds=args.lease_seconds,
+                max_messages=args.max_messages,
+                batch=args.batch,
+                progress=progress,
+                forever=args.forever,
+                poll_seconds=1.0 if args.poll is None else args.poll,
+                stop=stopping.stop,
+            )
+        except WorkInterrupted as interrupted:
+            summary = interrupted.summary
+            given_back = ", ".join(interrupted.released) or "nothing"
+            print(f"{PROG}: interrupted; gave back {given_back} (ready again)",
+                  file=sys.stderr)
+    if progress is not None:
+        progress.finish(summary)
+    if not args.quiet:
+        print_json(summary.to_dict(), out)
+    return stopping.exit_status
+
+
+def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "work":
-        ledger.install(store)
-        handler = Handler.with_categories(args.category)
-        progress = Progress.for_run(quiet=args.quiet, as_json=args.json)
-        summary = work(
-            store,
-            handler,
-            lease_seconds=args.lease_seconds,
-            max_messages=args.max_messages,
-            batch=args.batch,
-            progress=progress,
-        )
-        if progress is not None:
-            progress.finish(summary)
-        if not args.quiet:
-            print_json(summary.to_dict(), out)
-    elif args.command == "metrics":
+        return _work(store, args, out)
+    if args.command == "metrics":
         out.write(exposition(store.metrics()))
     elif args.command == "prune":
         print_json(store.prune(args.older_than).to_dict(), out)
@@ -484,6 +545,7 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> None:
             out.write(dead_table(letters))
     elif args.command == "redrive":
         print_json({"redriven": store.redrive(args.event_ids)}, out)
+    return 0
 
 
 def _read_batch(name: str) -> bytes:

@@ -1,7 +1,14 @@
 """The worker loop: claim, complete, repeat, until nothing is available now.
 
-A finite worker, not a daemon: it stops when the queue has nothing available
-at the current time (a message waiting for its backoff is not available yet).
+By default a finite worker: it stops when the queue has nothing available at
+the current time (a message waiting for its backoff is not available yet).
+With ``forever`` it runs until told to stop: when nothing is available it
+sleeps ``poll_seconds`` and looks again. ``stop`` (a ``threading.Event``, set
+for example by a signal handler) ends either kind between two messages: the
+message in hand is finished first. Interrupted in the middle of one
+(``KeyboardInterrupt``), the worker rolls its transaction back, gives the
+lease in hand back (``Store.release``) and raises ``WorkInterrupted`` with
+what it did so far.
 Several workers may run at once on one file; the store waits out the lock.
 A handler that raises is recorded on its message by the store (``handler_error``
 or the refusal's own code) and the loop goes on with the next message.
@@ -15,6 +22,7 @@ and only its short step, the effect, runs inside the completion.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,7 +39,8 @@ from .rules import (
 )
 from .store import Store
 from .transactions import Tx
-from .values import Lease, Message, Outcome
+from .errors import StorageError
+from .values import Claimed, Lease, Message, Outcome
 
 R = TypeVar("R")
 
@@ -57,6 +66,19 @@ class WorkSummary:
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+class WorkInterrupted(KeyboardInterrupt):
+    """``work`` was interrupted in the middle of a message; the lease in hand was given back.
+
+    ``summary`` is what the worker did until then (the interrupted messages
+    are not in it); ``released`` names the messages given back, ready again.
+    """
+
+    def __init__(self, summary: WorkSummary, released: tuple[str, ...] = ()) -> None:
+        super().__init__("the worker was interrupted")
+        self.summary = summary
+        self.released = released
 
 
 @dataclass(frozen=True)
@@ -94,6 +116,9 @@ def work(
     batch: int = 1,
     progress: Callable[[WorkSummary], None] | None = None,
     heartbeat_every: float | None = None,
+    forever: bool = False,
+    poll_seconds: float = 1.0,
+    stop: threading.Event | None = None,
 ) -> WorkSummary:
     """Process messages until none is available now (or ``max_messages`` were claimed).
 
@@ -125,7 +150,15 @@ def work(
     :param heartbeat_every: a ``LongHandler``'s heartbeat interval in seconds, below
         ``lease_seconds`` (default: a quarter of it: after two beats in a row fail fast,
         the third, three quarters into the lease, still extends it in time).
+    :param forever: when nothing is available, sleep ``poll_seconds`` and look
+        again, until ``stop`` is set (or ``max_messages`` were claimed).
+    :param poll_seconds: how long a ``forever`` worker sleeps when nothing is
+        available (default 1 s): a new message waits at most about this long.
+    :param stop: when set, the worker takes no new message; the one in hand is
+        finished first. Set it from a signal handler or another thread.
     :returns: counts of claimed, done, retried, dead and lease-lost messages.
+    :raises WorkInterrupted: ``KeyboardInterrupt`` came in the middle of a
+        message: its transaction was rolled back and its lease given back.
     """
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
@@ -169,68 +202,143 @@ def work(
         or not 1 <= batch <= MAX_BATCH
     ):
         raise ValueError(f"batch must be an integer 1..{MAX_BATCH}, got {batch!r}")
+    if (
+        isinstance(poll_seconds, bool)
+        or not isinstance(poll_seconds, (int, float))
+        or not 0 < poll_seconds <= 3600
+    ):
+        raise ValueError(
+            f"poll_seconds must be a number of seconds above 0, at most 3600, "
+            f"got {poll_seconds!r}"
+        )
+    stop = threading.Event() if stop is None else stop
     counts = {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0}
-    more = True
-    while more and (max_messages is None or counts["claimed"] < max_messages):
-        if isinstance(handler, LongHandler):
-            outcome = _long_step(store, handler, lease_seconds, every)
-            if outcome is None:
-                break
-            counts["claimed"] += 1
-            counts[_COUNTER[outcome]] += 1
-            if progress is not None:
-                progress(WorkSummary(**counts))
-            continue
-        # One turn for a slice of messages, then let a waiting worker in: fair
-        # between processes, without trading places at every transaction.
-        with store.writer_turn():
-            slice_ends = time.monotonic() + TURN_SLICE_SECONDS
-            while max_messages is None or counts["claimed"] < max_messages:
-                wanted = (
-                    batch
-                    if max_messages is None
-                    else min(batch, max_messages - counts["claimed"])
-                )
-                outcomes = _step(store, handler, lease_seconds, wanted)
-                if not outcomes:
-                    more = False
-                    break
-                counts["claimed"] += len(outcomes)  # one outcome per lease
-                for outcome in outcomes:
-                    counts[_COUNTER[outcome]] += 1
-                if time.monotonic() >= slice_ends:
-                    break
-        if progress is not None:
-            # outside the turn: a slow display never holds the writers
-            progress(WorkSummary(**counts))
+    hand: list[Lease] = []  # the leases claimed and not yet finished
+    try:
+        _loop(store, handler, lease_seconds, max_messages, batch, progress, every,
+              forever, poll_seconds, stop, counts, hand)
+    except KeyboardInterrupt:
+        released = _give_back(store, hand)
+        raise WorkInterrupted(WorkSummary(**counts), released) from None
     return WorkSummary(**counts)
 
 
+def _give_back(store: Store, hand: list[Lease]) -> tuple[str, ...]:
+    """Release the leases in hand after an interruption, as far as they are still ours."""
+    released = []
+    for lease in hand:
+        try:
+            store.release(lease)
+        except (LeaseLost, StorageError):
+            continue  # not ours any more, or unreachable: it runs out by itself
+        released.append(lease.event_id)
+    return tuple(released)
+
+
+def _loop(
+    store: Store,
+    handler: MessageHandler | LongHandler[Any],
+    lease_seconds: int,
+    max_messages: int | None,
+    batch: int,
+    progress: Callable[[WorkSummary], None] | None,
+    every: float,
+    forever: bool,
+    poll_seconds: float,
+    stop: threading.Event,
+    counts: dict[str, int],
+    hand: list[Lease],
+) -> None:
+    def wanted() -> int:
+        left = None if max_messages is None else max_messages - counts["claimed"]
+        return batch if left is None else min(batch, left)
+
+    while not stop.is_set() and wanted() > 0:
+        worked = _turn(store, handler, lease_seconds, wanted, every, stop, counts, hand)
+        # A plain handler's turn may have done messages before it found none; a
+        # LongHandler's turn is one message or none.
+        if progress is not None and (worked or not isinstance(handler, LongHandler)):
+            # outside the turn: a slow display never holds the writers
+            progress(WorkSummary(**counts))
+        if worked:
+            continue
+        if not forever:
+            return
+        stop.wait(poll_seconds)  # nothing available now: look again later
+
+
+def _turn(
+    store: Store,
+    handler: MessageHandler | LongHandler[Any],
+    lease_seconds: int,
+    wanted: Callable[[], int],
+    every: float,
+    stop: threading.Event,
+    counts: dict[str, int],
+    hand: list[Lease],
+) -> bool:
+    """Work for one turn; False when nothing was available."""
+    if isinstance(handler, LongHandler):
+        outcome = _long_step(store, handler, lease_seconds, every, hand)
+        if outcome is None:
+            return False
+        counts["claimed"] += 1
+        counts[_COUNTER[outcome]] += 1
+        return True
+    # One turn for a slice of messages, then let a waiting worker in: fair
+    # between processes, without trading places at every transaction.
+    with store.writer_turn():
+        slice_ends = time.monotonic() + TURN_SLICE_SECONDS
+        while not stop.is_set() and wanted() > 0:
+            outcomes = _step(store, handler, lease_seconds, wanted(), hand)
+            if not outcomes:
+                return False
+            counts["claimed"] += len(outcomes)  # one outcome per lease
+            for outcome in outcomes:
+                counts[_COUNTER[outcome]] += 1
+            if time.monotonic() >= slice_ends:
+                break
+    return True
+
+
 def _step(
-    store: Store, handler: MessageHandler, lease_seconds: int, wanted: int
+    store: Store,
+    handler: MessageHandler,
+    lease_seconds: int,
+    wanted: int,
+    hand: list[Lease],
 ) -> list[Outcome]:
-    """Claim and complete up to ``wanted`` messages; their outcomes (empty: none)."""
+    """Claim and complete up to ``wanted`` messages; their outcomes (empty: none).
+
+    ``hand`` holds the leases between their claim and their completion.
+    """
     # the batched path: one statement to claim them, one transaction to complete them
     if wanted > 1:
         batch = store.claim_messages(wanted, lease_seconds)
-        return (
-            [completion.outcome for completion in store.complete_many(batch, handler)]
-            if batch
-            else []
-        )
+        hand[:] = [claimed.lease for claimed in batch]
+        outcomes = [c.outcome for c in store.complete_many(batch, handler)] if batch else []
+        hand.clear()
+        return outcomes
     # the simple path: one statement to claim, one transaction to complete
-    one = store.claim_message(lease_seconds)
+    one: Claimed | None = store.claim_message(lease_seconds)
     if one is None:
         return []
+    hand[:] = [one.lease]
     try:
-        return [store.complete_message(one, handler).outcome]
+        outcome = store.complete_message(one, handler).outcome
     except LeaseLost:
         # Our lease ran out while we worked; the next claim will re-issue it.
-        return [Outcome.LEASE_LOST]
+        outcome = Outcome.LEASE_LOST
+    hand.clear()
+    return [outcome]
 
 
 def _long_step(
-    store: Store, handler: LongHandler[R], lease_seconds: int, every: float
+    store: Store,
+    handler: LongHandler[R],
+    lease_seconds: int,
+    every: float,
+    hand: list[Lease],
 ) -> Outcome | None:
     """Claim one message, prepare it under a heartbeat, then complete it.
 
@@ -246,6 +354,21 @@ def _long_step(
     if claimed is None:
         return None
     lease, message = claimed
+    hand[:] = [lease]
+    outcome = _prepare_and_complete(store, handler, lease, message, every, lease_seconds, hand)
+    hand.clear()
+    return outcome
+
+
+def _prepare_and_complete(
+    store: Store,
+    handler: LongHandler[R],
+    lease: Lease,
+    message: Message,
+    every: float,
+    lease_seconds: int,
+    hand: list[Lease],
+) -> Outcome:
     # Outside any transaction and outside the writer's turn: other workers go
     # on writing, and the heartbeat's extensions can commit.
     beat = store.heartbeat(lease, every=every, lease_seconds=lease_seconds)
@@ -254,6 +377,8 @@ def _long_step(
             result = handler.prepare(message)
     except Exception as exc:
         return _refuse(store, beat.lease, exc)
+    finally:
+        hand[:] = [beat.lease]  # an extension is the lease to give back
     if beat.lost is not None:
         # another worker may own the message now: the result must not be written
         return Outcome.LEASE_LOST

@@ -28,7 +28,8 @@ def db(tmp_path: Path) -> Path:
 # ``db``, the SQLite file, is about that file and runs on SQLite alone).
 BOTH_ENGINES = {"test_protocol", "test_batch", "test_handler_hook", "test_envelope", "test_receipts",
                 "test_lease_extension", "test_cli", "test_operations",
-                "test_operations_cli", "test_long_handler", "test_lease_length", "test_worker_path"}
+                "test_operations_cli", "test_long_handler", "test_lease_length", "test_worker_path",
+                "test_worker_service"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

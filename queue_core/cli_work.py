@@ -1,0 +1,129 @@
+"""``queue-core work``: which handler it runs, and how it stops.
+
+``--handler package.module:function`` imports the caller's handler as Python
+would, from the working directory first and then ``sys.path``. A worker
+stops between two messages: SIGTERM (a service manager's stop) and the first
+Ctrl-C set a flag that the loop reads before each claim, so the message in
+hand is finished; a second Ctrl-C interrupts at once, and the worker rolls its
+transaction back and gives its lease back before it exits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import cast
+
+from .rules import MessageHandler
+
+# package.module:function (the function may be an attribute path, Class.method)
+_SPEC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+# said once, on the first Ctrl-C, straight to the terminal (safe in a signal handler)
+_FIRST_INTERRUPT = (
+    b"queue-core: stopping after the message in hand (Ctrl-C again to stop now)\n"
+)
+
+
+class HandlerNotFound(Exception):
+    """``--handler`` names nothing that can be imported and called (the CLI: a usage error)."""
+
+
+def load_handler(spec: str) -> MessageHandler:
+    """The callable that ``spec`` (``package.module:function``) names.
+
+    :raises HandlerNotFound: the text is not of that form, the module cannot be
+        imported (or raised while it was), or the name is missing or not callable.
+    """
+    match = _SPEC.match(spec)
+    if match is None:
+        raise HandlerNotFound(
+            f"--handler must be package.module:function, got {spec!r}"
+        )
+    module_name, attribute_path = match.groups()
+    # `python -m` puts the working directory first on sys.path; an installed
+    # console script does not, so it is added here, as Python would look.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (
+            module_name == exc.name or module_name.startswith(exc.name + ".")
+        ):
+            raise HandlerNotFound(
+                f"--handler {spec}: no module named {exc.name!r} "
+                "(looked in the working directory and sys.path)"
+            ) from None
+        raise HandlerNotFound(
+            f"--handler {spec}: importing {module_name} failed: "
+            f"ModuleNotFoundError: {exc}"
+        ) from None
+    except Exception as exc:  # the user's module raised while it was imported
+        raise HandlerNotFound(
+            f"--handler {spec}: importing {module_name} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    found: object = module
+    for name in attribute_path.split("."):
+        if not hasattr(found, name):
+            raise HandlerNotFound(
+                f"--handler {spec}: {module_name} has no {attribute_path!r}"
+            )
+        found = getattr(found, name)
+    if not callable(found):
+        raise HandlerNotFound(
+            f"--handler {spec}: {attribute_path} is not callable "
+            f"({type(found).__name__}); it must be a function taking (tx, message)"
+        )
+    return cast(MessageHandler, found)
+
+
+@dataclass
+class Stopping:
+    """The signals a worker received; ``stop`` is set by the first of them."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    received: list[int] = field(default_factory=list)
+
+    @property
+    def exit_status(self) -> int:
+        """130 after a Ctrl-C (SIGINT), else 0 (SIGTERM is a normal stop)."""
+        return 130 if signal.SIGINT in self.received else 0
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator[Stopping]:
+    """While the block runs: SIGTERM and a first SIGINT set ``stop``; a second SIGINT interrupts.
+
+    Only the main thread can take signals; elsewhere the block runs without.
+    """
+    stopping = Stopping()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopping
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        again = signum == signal.SIGINT and signal.SIGINT in stopping.received
+        stopping.received.append(signum)
+        if again:
+            raise KeyboardInterrupt
+        if signum == signal.SIGINT:
+            os.write(2, _FIRST_INTERRUPT)
+        stopping.stop.set()
+
+    previous = {
+        sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        yield stopping
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
