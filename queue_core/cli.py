@@ -10,353 +10,49 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import sys
-import textwrap
 import traceback
-from collections.abc import Callable, Sequence
-from typing import NoReturn, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
-from . import __version__
 from .app import ledger
-from .clock import MAX_SECONDS, Clock, ModelClock
 from .app.demo import format_snapshot, run_demo
-from .envelope import MAX_FILE_BYTES, parse_batch
-from .errors import BatchRejected, QueueError
 from .app.lab import (
-    CASES as LAB_CASES,
     STORIES as LAB_STORIES,
     format_text as format_lab,
     run_lab,
     to_json as lab_json,
 )
-from .app.ledger import (
-    DEFAULT_CATEGORIES,
-    MAX_AMOUNT_CENTS,
-    MIN_AMOUNT_CENTS,
-    Handler,
-    Report,
+from .app.ledger import Handler, Report
+from .cli_output import (
+    PROG,
+    Progress,
+    dead_table,
+    message_json,
+    messages_table,
+    print_json,
+    status_table,
+    wrap,
 )
-from .store import (
-    BUSY_RETRY_SECONDS,
-    BUSY_TIMEOUT_MS,
-    DEFAULT_LEASE_SECONDS,
-    MAX_BATCH,
-    MAX_LEASE_SECONDS,
-    Store,
+from .cli_parser import (  # the parser's names stay importable from here
+    DEFAULT_DB,
+    EXAMPLE_LINE,
+    GLOBAL_OPTIONS,
+    HELP_WIDTH,
+    SELF_CONTAINED,
+    UsageError,
+    build_parser,
 )
-from .cli_output import PROG, Progress, dead_table, print_json, status_table, wrap
-from .prometheus import exposition
 from .cli_work import HandlerNotFound, load_handler, stopping_on_signals
+from .clock import Clock, ModelClock
+from .envelope import MAX_FILE_BYTES, parse_batch
+from .errors import BatchRejected, QueueError
+from .prometheus import exposition
 from .rules import MessageHandler
+from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
 from .worker import WorkInterrupted, work
 
-DEFAULT_DB = "queue.sqlite3"
-MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
-
-
-class UsageError(QueueError):
-    """The command line was used wrongly: exit 2.
-
-    An unknown option, a missing argument, or no command at all.
-    """
-
-    code = "usage"
-    exit_status = 2
-
-
-def _whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: ASCII digits only, within [low, high]."""
-
-    def parse(text: str) -> int:
-        if not re.fullmatch(r"[0-9]+", text):
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-        value = int(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"expected a number in {low}..{high}, got {text}"
-            )
-        return value
-
-    return parse
-
-
-_seconds = _whole_number(0, MAX_SECONDS)
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-
-
-def _age(text: str) -> int:
-    """An argparse type: an age such as 3600, 90s, 15m, 12h or 30d, in whole seconds."""
-    found = re.fullmatch(r"([0-9]+)([smhd]?)", text)
-    if not found:
-        raise argparse.ArgumentTypeError(
-            f"expected an age such as 3600, 90s, 15m, 12h or 30d, got {text!r}"
-        )
-    seconds = int(found.group(1)) * _UNITS[found.group(2) or "s"]
-    if seconds > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"{text} is longer than the clock's range ({MAX_SECONDS} s)"
-        )
-    return seconds
-
-
-def _busy_seconds(text: str) -> float:
-    """An argparse type: seconds to wait for a busy database, 0 to an hour."""
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-        raise argparse.ArgumentTypeError(
-            f"expected seconds such as 0, 0.5 or 30, got {text!r}"
-        )
-    seconds = float(text)
-    if seconds > MAX_BUSY_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"expected at most {MAX_BUSY_SECONDS} seconds, got {text}"
-        )
-    return seconds
-
-
-def _poll_seconds(text: str) -> float:
-    """An argparse type: seconds a --forever worker waits, above 0, at most an hour."""
-    seconds = _busy_seconds(text)
-    if seconds == 0:
-        raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
-    return seconds
-
-
-_lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
-_count = _whole_number(0, 10**9)
-
-
-# The one example line of the help text; tests check that it is a valid line the
-# handler accepts.
-EXAMPLE_LINE = (
-    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
-)
-# their own temporary folder and model clock: GLOBAL_OPTIONS do not apply
-SELF_CONTAINED = ("demo", "lab")
-# accepted before or after the command's name
-GLOBAL_OPTIONS = ("--db", "--now", "--busy-timeout")
-HELP_WIDTH = 80  # fixed, so that the help is the same in every terminal and on the site
-
-
-def _help_epilog() -> str:
-    """What a user needs before the first ``enqueue``.
-
-    The batch format, the handler's rules, the exit status.
-    """
-    categories = ", ".join(sorted(DEFAULT_CATEGORIES))
-    paragraphs = [
-        "A batch (for enqueue) is a JSONL file: one event per line, a JSON object "
-        'with exactly the keys "event_id" and "payload", for example',
-        "  " + EXAMPLE_LINE,
-        "event_id is E and four digits (E0001); payload is a JSON object. An id "
-        "already stored (or earlier in the batch) with the same payload is a "
-        "duplicate, stored once; with another payload it rejects the batch. One "
-        "bad line rejects the whole batch: nothing is written.",
-        f'The command line runs the reference handler, the ledger: "category" is '
-        f"one of {categories} (work --category NAME adds one), "
-        f'"amount_cents" an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} (true '
-        f"and false are not integers). Any other payload is a permanent failure: "
-        f"the message becomes a dead letter at once (see dead and redrive).",
-        f'{" and ".join(SELF_CONTAINED)} run in a temporary folder of their own '
-        f'with a model clock: they take none of {", ".join(GLOBAL_OPTIONS)}.',
-        "Exit status: 0 success; 2 rejected input or usage error (nothing "
-        "written); 1 anything else; 130 interrupted. An error prints one line on "
-        'stderr: "queue-core: <code>: <what is wrong>".',
-        "Start with: queue-core demo",
-    ]
-    width = HELP_WIDTH - 2  # argparse's own margin
-    text = "\n\n".join(
-        p if p.startswith("  ") else textwrap.fill(p, width, break_on_hyphens=False)
-        for p in paragraphs
-    )
-    return text.replace("\n\n  ", "\n  ")  # the example line joins the sentence above
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=HELP_WIDTH)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with the CLI's error format.
-
-    The usage line, then ``queue-core: usage: <problem>``.
-    """
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{PROG}: usage: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    # Global options are accepted before or after the command name.
-    common = _Parser(add_help=False)
-    common.add_argument(
-        "--db",
-        metavar="PATH",
-        default=argparse.SUPPRESS,
-        help=f"queue database file (default: {DEFAULT_DB} in the working directory), "
-        "or a postgresql:// URL",
-    )
-    common.add_argument(
-        "--now",
-        metavar="SECONDS",
-        type=_seconds,
-        default=argparse.SUPPRESS,
-        help="model time in whole seconds instead of the system clock",
-    )
-    common.add_argument(
-        "--busy-timeout",
-        metavar="SECONDS",
-        type=_busy_seconds,
-        default=argparse.SUPPRESS,
-        help="how long to wait for a database that another writer holds before "
-        f"failing with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)",
-    )
-    # demo and lab accept these options only to refuse them with a clear message.
-    refused = _Parser(add_help=False)
-    for option in GLOBAL_OPTIONS:
-        refused.add_argument(option, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-
-    parser = _Parser(
-        prog=PROG,
-        parents=[common],
-        formatter_class=_Formatter,
-        description=textwrap.fill(
-            "A reliable local message queue on SQLite: lease, fencing, "
-            "effect + ACK in one transaction.",
-            HELP_WIDTH - 2,
-        ),
-        epilog=_help_epilog(),
-    )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"{PROG} {__version__}",
-        help="print the version and exit",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    def command(name: str, summary: str, options: _Parser = common) -> _Parser:
-        return commands.add_parser(
-            name, parents=[options], help=summary, formatter_class=_Formatter
-        )
-
-    enqueue = command("enqueue", "validate a JSONL batch and store it")
-    enqueue.add_argument(
-        "file", metavar="FILE", help="JSONL batch; '-' reads standard input"
-    )
-
-    worker = command(
-        "work", "process messages until none is available now (--forever: until stopped)"
-    )
-    worker.add_argument(
-        "--lease-seconds",
-        type=_lease_seconds,
-        default=DEFAULT_LEASE_SECONDS,
-        metavar="S",
-        help=f"lease length (default: {DEFAULT_LEASE_SECONDS})",
-    )
-    worker.add_argument(
-        "--max-messages",
-        type=_count,
-        default=None,
-        metavar="N",
-        help="stop after N claims",
-    )
-    worker.add_argument(
-        "--batch",
-        type=_whole_number(1, MAX_BATCH),
-        default=1,
-        metavar="K",
-        help="the batched path: claim and complete up to K messages per transaction "
-        "(default: 1, a transaction each)",
-    )
-    worker.add_argument(
-        "--category",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="also accept this category (repeatable)",
-    )
-    worker.add_argument(
-        "--handler",
-        metavar="MODULE:FUNCTION",
-        help="your handler(tx, message) instead of the ledger's, imported as "
-        "Python would (the working directory first)",
-    )
-    worker.add_argument(
-        "--forever",
-        action="store_true",
-        help="when nothing is available, wait and look again, until stopped "
-        "(SIGTERM or Ctrl-C: the message in hand is finished first)",
-    )
-    worker.add_argument(
-        "--poll",
-        type=_poll_seconds,
-        default=None,
-        metavar="SECONDS",
-        help="with --forever: how long to wait when nothing is available (default: 1)",
-    )
-    shown = worker.add_mutually_exclusive_group()
-    shown.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress line and no summary: the exit status says how it went",
-    )
-    shown.add_argument(
-        "--json",
-        action="store_true",
-        help="progress as one JSON line a second on stderr "
-        "(the summary stays on stdout)",
-    )
-
-    status = command("status", "counts by state and the money")
-    status.add_argument("--json", action="store_true", help="print JSON")
-
-    command(
-        "metrics", "the metrics in Prometheus' text format (for a scrape or a cron job)"
-    )
-
-    prune = command(
-        "prune", "remove the payloads of old done messages (dedup stays exact)"
-    )
-    prune.add_argument(
-        "--older-than",
-        type=_age,
-        required=True,
-        metavar="AGE",
-        help="done at least this long ago: 3600, 90s, 15m, 12h or 30d",
-    )
-
-    dead = command("dead", "list dead letters")
-    dead.add_argument("--json", action="store_true", help="print JSON")
-
-    redrive = command("redrive", "give dead messages a new cycle")
-    redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
-
-    demo = command("demo", "run the reference demo in a temporary folder", refused)
-    demo.add_argument(
-        "--json", action="store_true", help="print the five snapshots as JSON"
-    )
-
-    lab = command(
-        "lab",
-        "the delivery lab: one job on an at-least-once broker, step by step",
-        refused,
-    )
-    lab.add_argument(
-        "case",
-        nargs="?",
-        choices=LAB_CASES,
-        metavar="CASE",
-        help=f"one story ({', '.join(LAB_CASES)}); default: the four delivery stories",
-    )
-    lab.add_argument(
-        "--json", action="store_true", help="print one JSON object keyed by case name"
-    )
-    return parser
-
+__all__ = ["DEFAULT_DB", "EXAMPLE_LINE", "HELP_WIDTH", "UsageError", "build_parser", "main"]
 
 def main(
     argv: Sequence[str] | None = None,
@@ -449,7 +145,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         with open_store(create=True) as store:
             # the CLI runs the reference application: its table lives beside the queue
             ledger.install(store)
-            print_json(store.enqueue(batch).to_dict(), out)
+            print_json(store.enqueue(batch, delay=args.delay).to_dict(), out)
         return 0
     # One store (one connection) for the whole command, closed explicitly.
     with open_store(create=False) as store:
@@ -545,7 +241,31 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
             out.write(dead_table(letters))
     elif args.command == "redrive":
         print_json({"redriven": store.redrive(args.event_ids)}, out)
+    elif args.command == "list":
+        found = store.messages(args.state, limit=args.limit)
+        if args.json:
+            print_json([message_json(m) for m in found], out)
+        else:
+            out.write(messages_table(found))
+    elif args.command == "purge":
+        _confirm_purge(store, args.state, args.yes)
+        print_json({"purged": store.purge(args.state)}, out)
     return 0
+
+
+def _confirm_purge(store: Store, state: str, yes: bool) -> None:
+    """Without --yes, ask on a terminal; anywhere else refuse (a script must say --yes)."""
+    if yes:
+        return
+    count = store.status().count(state)
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"purge would remove {count} {state} message(s); add --yes "
+            "(it asks only on a terminal)"
+        )
+    answer = input(f"remove {count} {state} message(s) from {store.where}? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise UsageError("purge: not confirmed; nothing was removed")
 
 
 def _read_batch(name: str) -> bytes:

@@ -146,3 +146,37 @@ def dead_table(letters: list[Message]) -> str:
         if m.last_detail:
             lines.append(f"{'':<9} why: {m.last_detail}")
     return "\n".join(lines) + "\n"
+
+
+def messages_table(messages: list[Message]) -> str:
+    """``queue-core list``: one row per message, the times in the queue's seconds."""
+    if not messages:
+        return "no messages\n"
+    width = max(len("last_error"), *(len(m.last_error or "") for m in messages))
+    id_width = max(len("event_id"), *(len(m.event_id) for m in messages))
+    lines = [
+        f"{'event_id':<{id_width}}  state   attempts  generation  available_at  "
+        f"lease_until  {'last_error':<{width}}"
+    ]
+    for m in messages:
+        lease = "" if m.lease_until is None else str(m.lease_until)
+        lines.append(
+            f"{m.event_id:<{id_width}}  {m.state:<6} {m.attempts:>9}  {m.generation:>10}  "
+            f"{m.available_at:>12}  {lease:>11}  {m.last_error or '':<{width}}".rstrip()
+        )
+    return "\n".join(lines) + "\n"
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    """``queue-core list --json``: one message, as stored."""
+    return {
+        "event_id": m.event_id,
+        "state": m.state,
+        "attempts": m.attempts,
+        "generation": m.generation,
+        "available_at": m.available_at,
+        "lease_until": m.lease_until,
+        "last_error": m.last_error,
+        "detail": m.last_detail,
+        "payload": m.payload_object,
+    }

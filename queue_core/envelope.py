@@ -34,7 +34,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .errors import BatchRejected
@@ -65,6 +65,9 @@ class Batch:
 
     events: tuple[Event, ...]
     duplicates_in_batch: int
+    # what an event's number counts, for a later rejection (a conflict with a
+    # stored event): "line", "item" (a list of dicts), or None (one event: no number)
+    unit: str | None = "line"
 
 
 class _Reject(ValueError):
@@ -138,6 +141,85 @@ def parse_batch(data: bytes) -> Batch:
                 number,
             )
     return Batch(events=tuple(events.values()), duplicates_in_batch=duplicates)
+
+
+def parse_items(items: Sequence[Mapping[str, Any]], *, single: bool = False) -> Batch:
+    """Validate Python events, ``{"event_id": ..., "payload": {...}}`` each, as lines are.
+
+    Each item is written as one JSONL line and the batch is parsed exactly as
+    a file would be, so every rule and code is the same; a rejection names the
+    item (1-based), or nothing with ``single``. A value that is not JSON at
+    all (a set, bytes, a key that is not a string) is a ``TypeError`` that
+    names where it is.
+    """
+    if isinstance(items, (str, bytes, bytearray)) or not isinstance(items, Sequence):
+        raise TypeError(f"events must be a list of dicts, got {type(items).__name__}")
+    lines = []
+    for number, item in enumerate(items, start=1):
+        where = "" if single else f"item {number}: "
+        if not isinstance(item, Mapping):
+            raise TypeError(
+                f'{where}an event is a dict {{"event_id": ..., "payload": {{...}}}}, '
+                f"got {type(item).__name__}"
+            )
+        try:
+            _check_python_json(item, "")
+            lines.append(json.dumps(dict(item), ensure_ascii=True))
+        except _Reject as exc:
+            raise BatchRejected(
+                exc.code, str(exc), None if single else number, unit="item"
+            ) from None
+        except RecursionError:
+            raise BatchRejected(
+                "nesting_too_deep",
+                "the value is nested too deeply (or contains itself)",
+                None if single else number,
+                unit="item",
+            ) from None
+        except TypeError as exc:
+            raise TypeError(f"{where}{exc}") from None
+    try:
+        batch = parse_batch("\n".join(lines).encode("utf-8"))
+    except BatchRejected as exc:
+        line = None if single or exc.code == "file_too_large" else exc.line
+        raise BatchRejected(exc.code, exc.args[0], line, unit="item") from None
+    return Batch(batch.events, batch.duplicates_in_batch, None if single else "item")
+
+
+def _check_python_json(value: Any, path: str) -> None:
+    """Raise TypeError where ``value`` holds something JSON cannot say as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        # json.dumps cannot write an integer past Python's conversion limit;
+        # the line's own check would refuse it anyway
+        if value.bit_length() > MAX_INT_DIGITS * 3.33:
+            raise _Reject(
+                "number_too_large", f"an integer over {MAX_INT_DIGITS} digits"
+            )
+        try:
+            digits = len(str(abs(value)))
+        except ValueError:
+            digits = MAX_INT_DIGITS + 1
+        if digits > MAX_INT_DIGITS:
+            raise _Reject(
+                "number_too_large",
+                f"an integer of {digits} digits; the limit is {MAX_INT_DIGITS}",
+            )
+        return
+    if value is None or isinstance(value, (str, float, bool)):
+        return  # NaN and infinities are the line's own check
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{path or 'the event'} has the key {key!r}: JSON keys are strings"
+                )
+            _check_python_json(inner, f"{path}[{key!r}]" if path else key)
+        return
+    if isinstance(value, (list, tuple)):
+        for index, inner in enumerate(value):
+            _check_python_json(inner, f"{path}[{index}]")
+        return
+    raise TypeError(f"{path or 'the event'} is a {type(value).__name__}, not a JSON value")
 
 
 def parse_line(text: str, number: int = 1) -> Event:

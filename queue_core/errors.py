@@ -48,12 +48,15 @@ class BatchRejected(InputError):
     count), or ``None`` when the problem is the file as a whole.
     """
 
-    def __init__(self, code: str, message: str, line: int | None = None) -> None:
+    def __init__(
+        self, code: str, message: str, line: int | None = None, *, unit: str = "line"
+    ) -> None:
         super().__init__(message, code=code)
         self.line = line
+        self.unit = unit  # "item" for a list of dicts given to Store.enqueue
 
     def __str__(self) -> str:
-        where = f"line {self.line}: " if self.line is not None else ""
+        where = f"{self.unit} {self.line}: " if self.line is not None else ""
         return f"{where}{self.code}: {self.args[0]}"
 
 

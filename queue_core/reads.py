@@ -118,19 +118,60 @@ class Reads(Transactions):
             raise UnknownEvent(f"{event_id} is not in the queue")
         return found
 
-    def messages(self, state: str | None = None) -> list[Message]:
-        """All stored messages (optionally of one state), by event id."""
+    def messages(
+        self, state: str | None = None, *, limit: int | None = None
+    ) -> list[Message]:
+        """The stored messages (optionally of one state), by event id.
+
+        :param state: only messages in this state.
+        :param limit: at most this many (the first by event id); ``None``: all.
+        """
         if state is not None and state not in STATES:
             raise ValueError(f"unknown state {state!r}; states are {', '.join(STATES)}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
 
         def body(view: Tx) -> list[Message]:
-            if state is None:
-                rows = view.conn.execute(view.sql.messages_all)
+            sql = view.sql
+            if limit is None:
+                rows = (
+                    view.conn.execute(sql.messages_all)
+                    if state is None
+                    else view.conn.execute(sql.messages_in_state, (state,))
+                )
             else:
-                rows = view.conn.execute(view.sql.messages_in_state, (state,))
+                rows = (
+                    view.conn.execute(sql.messages_first, (limit,))
+                    if state is None
+                    else view.conn.execute(sql.messages_first_in_state, (state, limit))
+                )
             return [message_of(row) for row in rows]
 
         return self.read(body)
+
+    def purge(self, state: str) -> int:
+        """Remove every ``ready`` or every ``dead`` message; returns how many.
+
+        Never a leased message (a worker holds it) nor a done one (its id is
+        what deduplication remembers). The removed ids are forgotten: the same
+        id enqueued again is a new message. One transaction.
+
+        :param state: ``"ready"`` or ``"dead"``.
+        """
+        if state not in ("ready", "dead"):
+            raise ValueError(
+                f"purge removes ready or dead messages, got {state!r}: a leased "
+                "message is being worked on, and a done one keeps deduplication exact"
+            )
+        return self._write(None, lambda tx: self.purge_tx(tx, state))
+
+    def purge_tx(self, tx: Tx, state: str) -> int:
+        """``purge`` inside the caller's transaction."""
+        if state not in ("ready", "dead"):
+            raise ValueError(f"purge removes ready or dead messages, got {state!r}")
+        return max(0, tx.conn.execute(tx.sql.purge_state, (state,)).rowcount)
 
     def dead_letters(self) -> list[Message]:
         """The dead-letter queue: messages with ``state = 'dead'``."""

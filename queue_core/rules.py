@@ -51,6 +51,7 @@ PROBE_POINTS: Final = frozenset(
     + [f"{op}.{step}" for op in BATCH_OPERATIONS for step in _BATCH_STEPS]
 )
 MAX_BATCH: Final = 1_000  # messages per batched transaction
+MAX_DELAY_SECONDS: Final = 366 * 24 * 3600  # a delayed message waits at most a year
 
 
 def backoff_seconds(attempt: int) -> int:
@@ -133,3 +134,12 @@ def check_handler(handler: object) -> None:
             "handler must be callable as handler(tx, message), "
             f"got {type(handler).__name__}"
         )
+
+
+def check_delay(delay: object) -> int:
+    """A delay in whole seconds, 0..``MAX_DELAY_SECONDS``; returns it."""
+    if isinstance(delay, bool) or not isinstance(delay, int):
+        raise TypeError(f"delay must be an integer of seconds, got {type(delay).__name__}")
+    if not 0 <= delay <= MAX_DELAY_SECONDS:
+        raise ValueError(f"delay must be 0..{MAX_DELAY_SECONDS} seconds, got {delay}")
+    return delay

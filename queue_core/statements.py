@@ -105,6 +105,11 @@ class Statements:
     status_counts: str
     messages_all: str
     messages_in_state: str
+    # the first :limit of them, by event id
+    messages_first: str
+    messages_first_in_state: str
+    # purge: only ready or dead messages, of one state
+    purge_state: str
     oldest_ready: str
     dead_attempts: str
     done_summary: str
@@ -170,6 +175,12 @@ def _statements(dialect: Dialect) -> Statements:
         "messages_all": f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id",
         "messages_in_state": f"SELECT {MESSAGE_COLUMNS} FROM messages "
         "WHERE state = ? ORDER BY event_id",
+        "messages_first": f"SELECT {MESSAGE_COLUMNS} FROM messages "
+        "ORDER BY event_id LIMIT ?",
+        "messages_first_in_state": f"SELECT {MESSAGE_COLUMNS} FROM messages "
+        "WHERE state = ? ORDER BY event_id LIMIT ?",
+        "purge_state": "DELETE FROM messages WHERE state = ? "
+        "AND state IN ('ready', 'dead')",
         "oldest_ready": "SELECT min(enqueued_at) FROM messages WHERE state = 'ready'",
         "dead_attempts": "SELECT attempts, count(*) FROM messages "
         "WHERE state = 'dead' GROUP BY attempts ORDER BY attempts",

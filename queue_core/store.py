@@ -1,8 +1,8 @@
-"""The queue's protocol: ``Store``, and its enqueue, claim, batches and redrive.
+"""The queue's protocol: ``Store``, and its claim, batches and redrive.
 
 The store is built in layers, one concept each: ``transactions.py`` (the
 runner), ``reads.py`` (reads and prune), ``completion.py`` (the fenced
-completions), then this module; ``rules.py`` holds the numbers they live by
+completions), ``enqueues.py`` (validated batches in), then this module; ``rules.py`` holds the numbers they live by
 and ``statements.py`` every statement they run.
 
 One ``Store`` is one queue: one SQLite file, or one PostgreSQL database
@@ -36,13 +36,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
 
 from .clock import Clock, SystemClock
-from .completion import Completions
+from .enqueues import INSERT_ROWS, Enqueues
 from .engines import engine_for
-from .envelope import Batch, parse_batch, payload_digest
-from .errors import BatchRejected, LeaseLost, NotDead, UnknownEvent
+from .errors import LeaseLost, NotDead, UnknownEvent
 from .rules import (
     BATCH_OPERATIONS,
     BUSY_RETRY_SECONDS,
@@ -66,7 +64,7 @@ from .rules import (
 )
 from .reads import message_of
 from .transactions import Probe, Tx
-from .values import Claimed, Completion, EnqueueResult, Lease, Message, Outcome
+from .values import Claimed, Completion, Lease, Message, Outcome
 
 __all__ = [  # what the store's module offers, its own and the rules it runs by
     "BATCH_OPERATIONS",
@@ -90,12 +88,7 @@ __all__ = [  # what the store's module offers, its own and the rules it runs by
     "refusal",
 ]
 
-# Rows per INSERT statement on enqueue: 4 bound values each, far below
-# SQLite's 32,766-variable limit and PostgreSQL's 65,535.
-INSERT_ROWS: Final = 250
-
-
-class Store(Completions):
+class Store(Enqueues):
     """A queue in one SQLite file, or in one PostgreSQL database.
 
     ``path`` is the SQLite file, or a ``postgresql://`` URL.
@@ -198,97 +191,6 @@ class Store(Completions):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # --------------------------------------------------------------- enqueue
-
-    def enqueue(self, data: bytes | str | Batch) -> EnqueueResult:
-        """Validate a whole JSONL batch, then store its new events in one transaction.
-
-        :param data: JSONL text or bytes, one ``{"event_id": ..., "payload": {...}}``
-            per line, or a ``Batch`` from ``parse_batch``.
-        :returns: how many events were new and how many were duplicates.
-        :raises BatchRejected: on the first bad line (its number and code); nothing
-            is written.
-        """
-        if isinstance(data, Batch):
-            batch = data
-        elif isinstance(data, (str, bytes, bytearray)):
-            batch = parse_batch(
-                data.encode("utf-8") if isinstance(data, str) else bytes(data)
-            )
-        else:
-            raise TypeError(
-                "enqueue takes JSONL text (str or bytes) or a parsed Batch, "
-                f"got {type(data).__name__}; "
-                'one event is one line: \'{"event_id": "E0001", "payload": {...}}\''
-            )
-        return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch))
-
-    def enqueue_tx(self, tx: Tx, batch: Batch) -> EnqueueResult:
-        """Store a validated batch inside the caller's transaction.
-
-        A stored event with the same canonical payload is a duplicate; with a
-        different one it is a conflict that rejects the whole batch.
-        """
-        if not isinstance(batch, Batch):
-            raise TypeError(
-                "enqueue_tx takes a Batch from parse_batch(), "
-                f"got {type(batch).__name__}"
-            )
-        now = tx.now()
-        # One read for the whole batch, then one INSERT statement for its new events.
-        ids = [event.event_id for event in batch.events]
-        sql = tx.sql
-        if sql.enqueue_turn is not None:
-            # No database write lock there: enqueues take turns, so that a
-            # duplicate or a conflict is decided as on SQLite.
-            tx.conn.execute(sql.enqueue_turn)
-        found = tx.conn.execute(sql.enqueue_find, (sql.dialect.id_list(ids),))
-        stored: dict[str, str] = {}
-        # event_id -> SHA-256 of the canonical payload prune removed
-        pruned: dict[str, str] = {}
-        for event_id, payload, digest in found.fetchall():
-            if digest is None:
-                stored[event_id] = payload
-            else:
-                pruned[event_id] = digest
-        self._at("enqueue.after_read")
-        new: list[tuple[str, str, int, int]] = []
-        duplicates = batch.duplicates_in_batch
-        # in batch order: a conflict names the first line at fault
-        for event in batch.events:
-            payload = stored.get(event.event_id)
-            if payload is None and event.event_id in pruned:
-                # Pruned: the same canonical payload has the same hash, another
-                # one (all but surely) not.
-                payload = (
-                    event.payload
-                    if payload_digest(event.payload) == pruned[event.event_id]
-                    else ""
-                )
-            if payload is None:
-                new.append((event.event_id, event.payload, now, now))
-            elif payload == event.payload:
-                duplicates += 1
-            else:
-                raise BatchRejected(
-                    "event_conflict",
-                    f"{event.event_id} is already stored with a different payload; "
-                    "a fix needs a new event id",
-                    event.line,
-                )
-        if new:
-            # Rows of many VALUES per statement: per-row statement steps cost
-            # more than the CHECKs themselves (see scripts/bench.py's enqueue row).
-            for start in range(0, len(new), INSERT_ROWS):
-                chunk = new[start : start + INSERT_ROWS]
-                tx.conn.execute(
-                    sql.enqueue_insert
-                    + ", ".join([sql.enqueue_insert_row] * len(chunk)),
-                    [value for row in chunk for value in row],
-                )
-            self._at("enqueue.after_insert")
-        return EnqueueResult(accepted=len(new), duplicates=duplicates)
 
     # ----------------------------------------------------------------- claim
 

@@ -1,0 +1,354 @@
+"""``queue-core``'s arguments: the parser, the argument types and the help text.
+
+The help has a fixed width (``HELP_WIDTH``) so that it reads the same in every
+terminal and on the site, which prints it from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import NoReturn
+
+from . import __version__
+from .app.lab import CASES as LAB_CASES
+from .app.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
+from .clock import MAX_SECONDS
+from .cli_output import PROG
+from .errors import QueueError
+from .rules import MAX_DELAY_SECONDS
+from .store import BUSY_RETRY_SECONDS, DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS
+from .values import STATES
+
+DEFAULT_DB = "queue.sqlite3"
+MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
+
+
+class UsageError(QueueError):
+    """The command line was used wrongly: exit 2.
+
+    An unknown option, a missing argument, or no command at all.
+    """
+
+    code = "usage"
+    exit_status = 2
+
+
+def _whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: ASCII digits only, within [low, high]."""
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[0-9]+", text):
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected a number in {low}..{high}, got {text}"
+            )
+        return value
+
+    return parse
+
+
+_seconds = _whole_number(0, MAX_SECONDS)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _age(text: str) -> int:
+    """An argparse type: an age such as 3600, 90s, 15m, 12h or 30d, in whole seconds."""
+    found = re.fullmatch(r"([0-9]+)([smhd]?)", text)
+    if not found:
+        raise argparse.ArgumentTypeError(
+            f"expected an age such as 3600, 90s, 15m, 12h or 30d, got {text!r}"
+        )
+    seconds = int(found.group(1)) * _UNITS[found.group(2) or "s"]
+    if seconds > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text} is longer than the clock's range ({MAX_SECONDS} s)"
+        )
+    return seconds
+
+
+def _busy_seconds(text: str) -> float:
+    """An argparse type: seconds to wait for a busy database, 0 to an hour."""
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        raise argparse.ArgumentTypeError(
+            f"expected seconds such as 0, 0.5 or 30, got {text!r}"
+        )
+    seconds = float(text)
+    if seconds > MAX_BUSY_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_BUSY_SECONDS} seconds, got {text}"
+        )
+    return seconds
+
+
+def _poll_seconds(text: str) -> float:
+    """An argparse type: seconds a --forever worker waits, above 0, at most an hour."""
+    seconds = _busy_seconds(text)
+    if seconds == 0:
+        raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
+    return seconds
+
+
+_lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
+_count = _whole_number(0, 10**9)
+
+
+# The one example line of the help text; tests check that it is a valid line the
+# handler accepts.
+EXAMPLE_LINE = (
+    '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
+)
+# their own temporary folder and model clock: GLOBAL_OPTIONS do not apply
+SELF_CONTAINED = ("demo", "lab")
+# accepted before or after the command's name
+GLOBAL_OPTIONS = ("--db", "--now", "--busy-timeout")
+HELP_WIDTH = 80  # fixed, so that the help is the same in every terminal and on the site
+
+
+def _help_epilog() -> str:
+    """What a user needs before the first ``enqueue``.
+
+    The batch format, the handler's rules, the exit status.
+    """
+    categories = ", ".join(sorted(DEFAULT_CATEGORIES))
+    paragraphs = [
+        "A batch (for enqueue) is a JSONL file: one event per line, a JSON object "
+        'with exactly the keys "event_id" and "payload", for example',
+        "  " + EXAMPLE_LINE,
+        "event_id is E and four digits (E0001); payload is a JSON object. An id "
+        "already stored (or earlier in the batch) with the same payload is a "
+        "duplicate, stored once; with another payload it rejects the batch. One "
+        "bad line rejects the whole batch: nothing is written.",
+        f'The command line runs the reference handler, the ledger: "category" is '
+        f"one of {categories} (work --category NAME adds one), "
+        f'"amount_cents" an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} (true '
+        f"and false are not integers). Any other payload is a permanent failure: "
+        f"the message becomes a dead letter at once (see dead and redrive).",
+        f'{" and ".join(SELF_CONTAINED)} run in a temporary folder of their own '
+        f'with a model clock: they take none of {", ".join(GLOBAL_OPTIONS)}.',
+        "Exit status: 0 success; 2 rejected input or usage error (nothing "
+        "written); 1 anything else; 130 interrupted. An error prints one line on "
+        'stderr: "queue-core: <code>: <what is wrong>".',
+        "Start with: queue-core demo",
+    ]
+    width = HELP_WIDTH - 2  # argparse's own margin
+    text = "\n\n".join(
+        p if p.startswith("  ") else textwrap.fill(p, width, break_on_hyphens=False)
+        for p in paragraphs
+    )
+    return text.replace("\n\n  ", "\n  ")  # the example line joins the sentence above
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=HELP_WIDTH)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error format.
+
+    The usage line, then ``queue-core: usage: <problem>``.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{PROG}: usage: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Global options are accepted before or after the command name.
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--db",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help=f"queue database file (default: {DEFAULT_DB} in the working directory), "
+        "or a postgresql:// URL",
+    )
+    common.add_argument(
+        "--now",
+        metavar="SECONDS",
+        type=_seconds,
+        default=argparse.SUPPRESS,
+        help="model time in whole seconds instead of the system clock",
+    )
+    common.add_argument(
+        "--busy-timeout",
+        metavar="SECONDS",
+        type=_busy_seconds,
+        default=argparse.SUPPRESS,
+        help="how long to wait for a database that another writer holds before "
+        f"failing with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)",
+    )
+    # demo and lab accept these options only to refuse them with a clear message.
+    refused = _Parser(add_help=False)
+    for option in GLOBAL_OPTIONS:
+        refused.add_argument(option, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    parser = _Parser(
+        prog=PROG,
+        parents=[common],
+        formatter_class=_Formatter,
+        description=textwrap.fill(
+            "A reliable local message queue on SQLite: lease, fencing, "
+            "effect + ACK in one transaction.",
+            HELP_WIDTH - 2,
+        ),
+        epilog=_help_epilog(),
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"{PROG} {__version__}",
+        help="print the version and exit",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, summary: str, options: _Parser = common) -> _Parser:
+        return commands.add_parser(
+            name, parents=[options], help=summary, formatter_class=_Formatter
+        )
+
+    enqueue = command("enqueue", "validate a JSONL batch and store it")
+    enqueue.add_argument(
+        "file", metavar="FILE", help="JSONL batch; '-' reads standard input"
+    )
+    enqueue.add_argument(
+        "--delay",
+        type=_whole_number(0, MAX_DELAY_SECONDS),
+        default=0,
+        metavar="SECONDS",
+        help="the new messages can be claimed only this many seconds from now",
+    )
+
+    worker = command(
+        "work", "process messages until none is available now (--forever: until stopped)"
+    )
+    worker.add_argument(
+        "--lease-seconds",
+        type=_lease_seconds,
+        default=DEFAULT_LEASE_SECONDS,
+        metavar="S",
+        help=f"lease length (default: {DEFAULT_LEASE_SECONDS})",
+    )
+    worker.add_argument(
+        "--max-messages",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="stop after N claims",
+    )
+    worker.add_argument(
+        "--batch",
+        type=_whole_number(1, MAX_BATCH),
+        default=1,
+        metavar="K",
+        help="the batched path: claim and complete up to K messages per transaction "
+        "(default: 1, a transaction each)",
+    )
+    worker.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also accept this category (repeatable)",
+    )
+    worker.add_argument(
+        "--handler",
+        metavar="MODULE:FUNCTION",
+        help="your handler(tx, message) instead of the ledger's, imported as "
+        "Python would (the working directory first)",
+    )
+    worker.add_argument(
+        "--forever",
+        action="store_true",
+        help="when nothing is available, wait and look again, until stopped "
+        "(SIGTERM or Ctrl-C: the message in hand is finished first)",
+    )
+    worker.add_argument(
+        "--poll",
+        type=_poll_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="with --forever: how long to wait when nothing is available (default: 1)",
+    )
+    shown = worker.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress line and no summary: the exit status says how it went",
+    )
+    shown.add_argument(
+        "--json",
+        action="store_true",
+        help="progress as one JSON line a second on stderr "
+        "(the summary stays on stdout)",
+    )
+
+    status = command("status", "counts by state and the money")
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    command(
+        "metrics", "the metrics in Prometheus' text format (for a scrape or a cron job)"
+    )
+
+    prune = command(
+        "prune", "remove the payloads of old done messages (dedup stays exact)"
+    )
+    prune.add_argument(
+        "--older-than",
+        type=_age,
+        required=True,
+        metavar="AGE",
+        help="done at least this long ago: 3600, 90s, 15m, 12h or 30d",
+    )
+
+    dead = command("dead", "list dead letters")
+    dead.add_argument("--json", action="store_true", help="print JSON")
+
+    listing = command("list", "the messages, by event id (one state, or all)")
+    listing.add_argument("--state", choices=STATES, help="only messages in this state")
+    listing.add_argument(
+        "--limit", type=_count, default=None, metavar="N", help="at most N messages"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+
+    purge = command("purge", "remove every ready or every dead message")
+    purge.add_argument("--state", choices=("ready", "dead"), required=True)
+    purge.add_argument(
+        "--yes",
+        action="store_true",
+        help="do not ask (without it, purge asks on a terminal and refuses otherwise)",
+    )
+
+    redrive = command("redrive", "give dead messages a new cycle")
+    redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
+
+    demo = command("demo", "run the reference demo in a temporary folder", refused)
+    demo.add_argument(
+        "--json", action="store_true", help="print the five snapshots as JSON"
+    )
+
+    lab = command(
+        "lab",
+        "the delivery lab: one job on an at-least-once broker, step by step",
+        refused,
+    )
+    lab.add_argument(
+        "case",
+        nargs="?",
+        choices=LAB_CASES,
+        metavar="CASE",
+        help=f"one story ({', '.join(LAB_CASES)}); default: the four delivery stories",
+    )
+    lab.add_argument(
+        "--json", action="store_true", help="print one JSON object keyed by case name"
+    )
+    return parser
+
+

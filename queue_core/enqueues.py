@@ -1,0 +1,144 @@
+"""Enqueue: a validated batch in, in one transaction; duplicates and conflicts decided by id.
+
+A batch is validated whole before any transaction (``envelope.py``), so a bad
+line or item writes nothing. The stored payload is the canonical JSON text:
+the same event enqueued again is a duplicate, the same id with another
+payload a conflict that rejects the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, cast
+
+from .completion import Completions
+from .envelope import Batch, parse_batch, parse_items, payload_digest
+from .errors import BatchRejected
+from .rules import check_delay
+from .transactions import Tx
+from .values import EnqueueResult
+
+# Rows per INSERT statement on enqueue: 4 bound values each, far below
+# SQLite's 32,766-variable limit and PostgreSQL's 65,535.
+INSERT_ROWS: Final = 250
+
+
+class Enqueues(Completions):
+    """The store's enqueues, on its completions, reads and transactions."""
+
+    def enqueue(
+        self,
+        data: bytes | str | Batch | Sequence[Mapping[str, Any]],
+        *,
+        delay: int = 0,
+    ) -> EnqueueResult:
+        """Validate a whole batch, then store its new events in one transaction.
+
+        :param data: JSONL text or bytes, one ``{"event_id": ..., "payload": {...}}``
+            per line; a ``Batch`` from ``parse_batch``; or a list of such dicts,
+            validated exactly as lines are.
+        :param delay: seconds before the new events can be claimed (default 0).
+        :returns: how many events were new and how many were duplicates.
+        :raises BatchRejected: on the first bad line or item (its number and
+            code); nothing is written.
+        """
+        check_delay(delay)
+        if isinstance(data, Batch):
+            batch = data
+        elif isinstance(data, (str, bytes, bytearray)):
+            batch = parse_batch(
+                data.encode("utf-8") if isinstance(data, str) else bytes(data)
+            )
+        elif isinstance(data, Sequence):
+            batch = parse_items(cast(Sequence[Mapping[str, Any]], data))
+        else:
+            raise TypeError(
+                "enqueue takes JSONL text (str or bytes), a list of dicts or a "
+                f"parsed Batch, got {type(data).__name__}; "
+                'one event is one line: \'{"event_id": "E0001", "payload": {...}}\''
+            )
+        return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
+
+    def send(
+        self, event_id: str, payload: Mapping[str, Any], *, delay: int = 0
+    ) -> EnqueueResult:
+        """Enqueue one event from Python values, validated exactly as a JSONL line is.
+
+        :param event_id: the event's id.
+        :param payload: a dict of JSON values.
+        :param delay: seconds before it can be claimed (default 0).
+        :raises BatchRejected: the event breaks a rule (its code); nothing is written.
+        """
+        check_delay(delay)
+        batch = parse_items([{"event_id": event_id, "payload": payload}], single=True)
+        return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
+
+    def enqueue_tx(self, tx: Tx, batch: Batch, delay: int = 0) -> EnqueueResult:
+        """Store a validated batch inside the caller's transaction.
+
+        A stored event with the same canonical payload is a duplicate (a delay
+        does not move it); with a different one it is a conflict that rejects
+        the whole batch.
+        """
+        check_delay(delay)
+        if not isinstance(batch, Batch):
+            raise TypeError(
+                "enqueue_tx takes a Batch from parse_batch(), "
+                f"got {type(batch).__name__}"
+            )
+        now = tx.now()
+        # One read for the whole batch, then one INSERT statement for its new events.
+        ids = [event.event_id for event in batch.events]
+        sql = tx.sql
+        if sql.enqueue_turn is not None:
+            # No database write lock there: enqueues take turns, so that a
+            # duplicate or a conflict is decided as on SQLite.
+            tx.conn.execute(sql.enqueue_turn)
+        found = tx.conn.execute(sql.enqueue_find, (sql.dialect.id_list(ids),))
+        stored: dict[str, str] = {}
+        # event_id -> SHA-256 of the canonical payload prune removed
+        pruned: dict[str, str] = {}
+        for event_id, payload, digest in found.fetchall():
+            if digest is None:
+                stored[event_id] = payload
+            else:
+                pruned[event_id] = digest
+        self._at("enqueue.after_read")
+        new: list[tuple[str, str, int, int]] = []
+        duplicates = batch.duplicates_in_batch
+        # in batch order: a conflict names the first line at fault
+        for event in batch.events:
+            payload = stored.get(event.event_id)
+            if payload is None and event.event_id in pruned:
+                # Pruned: the same canonical payload has the same hash, another
+                # one (all but surely) not.
+                payload = (
+                    event.payload
+                    if payload_digest(event.payload) == pruned[event.event_id]
+                    else ""
+                )
+            if payload is None:
+                new.append((event.event_id, event.payload, now + delay, now))
+            elif payload == event.payload:
+                duplicates += 1
+            else:
+                raise BatchRejected(
+                    "event_conflict",
+                    f"{event.event_id} is already stored with a different payload; "
+                    "a fix needs a new event id",
+                    None if batch.unit is None else event.line,
+                    unit=batch.unit or "line",
+                )
+        if new:
+            # Rows of many VALUES per statement: per-row statement steps cost
+            # more than the CHECKs themselves (see scripts/bench.py's enqueue row).
+            for start in range(0, len(new), INSERT_ROWS):
+                chunk = new[start : start + INSERT_ROWS]
+                tx.conn.execute(
+                    sql.enqueue_insert
+                    + ", ".join([sql.enqueue_insert_row] * len(chunk)),
+                    [value for row in chunk for value in row],
+                )
+            self._at("enqueue.after_insert")
+        return EnqueueResult(accepted=len(new), duplicates=duplicates)
+
