@@ -156,7 +156,7 @@ def messages_table(messages: list[Message]) -> str:
     id_width = max(len("event_id"), *(len(m.event_id) for m in messages))
     lines = [
         f"{'event_id':<{id_width}}  state   attempts  generation  available_at  "
-        f"lease_until  {'last_error':<{width}}"
+        "lease_until  last_error"
     ]
     for m in messages:
         lease = "" if m.lease_until is None else str(m.lease_until)

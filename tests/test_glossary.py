@@ -39,7 +39,7 @@ TERMS = {
     "Dead letter": "dead letter", "Redrive": "redrive", "Receipt": "receipt",
     # "operation" alone is too common a word for a tooltip: only the tenant gets one.
     "Tenant, operation": "tenant", "WAL": "WAL", "Busy timeout": "busy timeout", "Model clock": None,
-    "Lease extension, heartbeat": "heartbeat", "Prune": "prune",
+    "Lease extension, heartbeat": "heartbeat", "Release": None, "Prune": "prune",
 }
 NUMBER_WORDS = {1: "One", 2: "Two", 3: "Three", 4: "Four", 5: "Five"}
 

@@ -315,3 +315,49 @@ def test_an_interruption_mid_message_gives_the_leases_back(store: Store, batch: 
         assert (message.state, message.attempts) == ("ready", 0)
     assert ledger.totals(store).count == 0  # the effects went back with the transaction
     assert work(store, Handler()).done == 3  # and the messages are there for the next worker
+
+
+# ------------------------------------------------------- the service unit
+
+UNIT = Path(__file__).resolve().parent.parent / "snippets" / "queue-core-worker.service"
+
+
+@pytest.mark.one_engine
+@pytest.mark.timeout(120)
+def test_the_service_unit_runs_a_worker_that_stops_cleanly_on_its_kill_signal(tmp_path: Path, folder: Path) -> None:
+    # The page's unit file, with its folder moved here: its ExecStart runs for real,
+    # and systemd's KillSignal stops it within TimeoutStopSec with the status that
+    # Restart=on-failure reads as a clean stop.
+    import configparser
+    import shlex
+    import shutil
+
+    text = UNIT.read_text(encoding="utf-8").replace("/srv/myapp", str(folder))
+    unit = configparser.ConfigParser(interpolation=None, comment_prefixes=("#",))
+    unit.optionxform = str  # type: ignore[assignment,method-assign]  # systemd's keys are case-sensitive
+    unit.read_string(text)
+    service = unit["Service"]
+    argv = shlex.split(service["ExecStart"].replace("\\\n", " "))  # a continued line
+    assert argv[0] == f"{folder}/.venv/bin/queue-core" and Path(service["WorkingDirectory"]) == folder
+    assert service["Restart"] == "on-failure" and unit["Install"]["WantedBy"] == "multi-user.target"
+    with Store(folder / "queue.sqlite3") as store:
+        store.enqueue(line("E0001"))
+    proc = subprocess.Popen([sys.executable, "-m", "queue_core", *argv[1:]], cwd=service["WorkingDirectory"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with Store(folder / "queue.sqlite3") as store:
+            wait_for(lambda: states(store) == {"E0001": "done"}, "the service's worker to do E0001")
+        proc.send_signal(getattr(signal, service["KillSignal"]))
+        out, err = proc.communicate(timeout=int(service["TimeoutStopSec"]))
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err  # a clean stop: not restarted
+    assert json.loads(out)["done"] == 1
+    if shutil.which("systemd-analyze"):  # systemd's own reading of the file, where it is installed
+        bin_dir = folder / ".venv" / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "queue-core").symlink_to(Path(sys.executable).parent / "queue-core")
+        (folder / "queue-core-worker.service").write_text(text, encoding="utf-8")
+        verified = subprocess.run(["systemd-analyze", "verify", str(folder / "queue-core-worker.service")],
+                                  capture_output=True, text=True, timeout=60)
+        assert verified.returncode == 0 and verified.stdout + verified.stderr == "", verified.stderr
