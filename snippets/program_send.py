@@ -25,7 +25,8 @@ with tempfile.TemporaryDirectory() as folder:
     clock = ModelClock(1000)
     with Store(Path(folder) / "queue.sqlite3", clock=clock) as store:
         store.write(lambda tx: tx.execute(
-            "CREATE TABLE reservations (event_id TEXT PRIMARY KEY, sku TEXT, quantity INTEGER)"
+            "CREATE TABLE reservations"
+            " (event_id TEXT PRIMARY KEY, sku TEXT, quantity INTEGER)"
         ))
         print(store.send("E0001", {"sku": "book-7", "quantity": 2}))
         print(store.send("E0002", {"sku": "pen-3", "quantity": 1}, delay=60))

@@ -29,7 +29,8 @@ with tempfile.TemporaryDirectory() as folder:
     here = Path(folder)
     (here / "myapp.py").write_text(HANDLER)
     with Store(here / "queue.sqlite3", clock=ModelClock(1000)) as store:
-        store.enqueue([{"event_id": f"E000{n}", "payload": {"n": n}} for n in range(1, 6)])
+        store.enqueue([{"event_id": f"E000{n}", "payload": {"n": n}}
+                       for n in range(1, 6)])
     worker = subprocess.Popen(
         [sys.executable, "-m", "queue_core", "--now", "1000", "work",
          "--handler", "myapp:slow", "--forever"],
