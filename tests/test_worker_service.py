@@ -170,17 +170,31 @@ def test_a_forever_worker_waits_picks_up_new_work_and_stops_on_sigterm(store: St
     assert seen(store) == ["E0001", "E0002"]
 
 
-@pytest.mark.timeout(120)
-def test_sigterm_finishes_the_message_in_hand_and_takes_no_new_one(store: Store, folder: Path) -> None:
-    store.enqueue("".join(line(f"E000{n}") for n in range(1, 6)))
-    proc = worker(folder, store.target, "--handler", "myapp:slow", "--forever")
+def stopped_in_hand(folder: Path, target: Any, handler: str, in_hand: str,
+                    *signals: int) -> tuple[int, str, str]:
+    """A ``--forever`` worker running ``handler``, sent ``signals`` once it works on ``in_hand``.
+
+    Its exit status, stdout and stderr.
+    """
+    proc = worker(folder, target, "--handler", handler, "--forever")
     try:
-        wait_for(lambda: (folder / "started-E0002").exists(), "the second message to be in hand")
-        proc.send_signal(signal.SIGTERM)  # while E0002's handler sleeps
+        wait_for(lambda: (folder / f"started-{in_hand}").exists(), f"{in_hand} to be in hand")
+        for number, sent in enumerate(signals):
+            if number:
+                time.sleep(0.2)  # the first one is taken before the second comes
+            proc.send_signal(sent)
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
+    return proc.returncode, out, err
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_finishes_the_message_in_hand_and_takes_no_new_one(store: Store, folder: Path) -> None:
+    store.enqueue("".join(line(f"E000{n}") for n in range(1, 6)))
+    # SIGTERM while E0002's handler sleeps
+    status, out, err = stopped_in_hand(folder, store.target, "myapp:slow", "E0002", signal.SIGTERM)
+    assert status == 0, err
     assert json.loads(out) == {"claimed": 2, "done": 2, "retried": 0, "dead": 0, "lease_lost": 0}
     assert states(store) == {"E0001": "done", "E0002": "done", "E0003": "ready", "E0004": "ready",
                              "E0005": "ready"}  # nothing left leased
@@ -189,14 +203,8 @@ def test_sigterm_finishes_the_message_in_hand_and_takes_no_new_one(store: Store,
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_after_the_message_in_hand_with_status_130(store: Store, folder: Path) -> None:
     store.enqueue(line("E0001") + line("E0002"))
-    proc = worker(folder, store.target, "--handler", "myapp:slow", "--forever")
-    try:
-        wait_for(lambda: (folder / "started-E0001").exists(), "the first message to be in hand")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130
+    status, out, err = stopped_in_hand(folder, store.target, "myapp:slow", "E0001", signal.SIGINT)
+    assert status == 130
     assert "stopping after the message in hand (Ctrl-C again to stop now)" in err
     assert json.loads(out)["done"] == 1
     assert states(store) == {"E0001": "done", "E0002": "ready"}
@@ -205,16 +213,8 @@ def test_ctrl_c_stops_after_the_message_in_hand_with_status_130(store: Store, fo
 @pytest.mark.timeout(120)
 def test_a_second_ctrl_c_rolls_back_and_gives_the_lease_back(store: Store, folder: Path) -> None:
     store.enqueue(line("E0001") + line("E0002"))
-    proc = worker(folder, store.target, "--handler", "myapp:hang", "--forever")
-    try:
-        wait_for(lambda: (folder / "started-E0001").exists(), "the hanging handler to start")
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130
+    status, out, err = stopped_in_hand(folder, store.target, "myapp:hang", "E0001", signal.SIGINT, signal.SIGINT)
+    assert status == 130
     assert "queue-core: interrupted; gave back E0001 (ready again)" in err
     assert json.loads(out)["claimed"] == 0  # the interrupted message is not counted: it was given back
     stored = store.message("E0001")
