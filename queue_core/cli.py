@@ -184,6 +184,7 @@ def _work(store: Store, args: argparse.Namespace, out: TextIO) -> int:
                 forever=args.forever,
                 poll_seconds=1.0 if args.poll is None else args.poll,
                 stop=stopping.stop,
+                on_error=_waiting_out,
             )
         except WorkInterrupted as interrupted:
             summary = interrupted.summary
@@ -195,6 +196,12 @@ def _work(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if not args.quiet:
         print_json(summary.to_dict(), out)
     return stopping.exit_status
+
+
+def _waiting_out(error: QueueError, pause: float) -> None:
+    """A --forever worker's passing storage error, on stderr: it goes on after the pause."""
+    print(f"{PROG}: {error.code}: {error.message}; trying again in {pause:g} s",
+          file=sys.stderr, flush=True)
 
 
 def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:

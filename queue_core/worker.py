@@ -46,6 +46,11 @@ R = TypeVar("R")
 
 # How long a worker keeps its turn to write before a waiting worker gets in.
 TURN_SLICE_SECONDS = 0.05
+# What a --forever worker waits out instead of stopping: the database is
+# unreachable or held for a while, and will likely be back (a restart, a
+# failover, a long writer). It waits poll_seconds, doubling, up to this long.
+PASSING_ERRORS = frozenset({"connection_lost", "cannot_connect", "database_busy"})
+MAX_PAUSE_SECONDS = 30.0
 _COUNTER = {
     Outcome.DONE: "done",
     Outcome.RETRY: "retried",
@@ -119,6 +124,7 @@ def work(
     forever: bool = False,
     poll_seconds: float = 1.0,
     stop: threading.Event | None = None,
+    on_error: Callable[[StorageError, float], None] | None = None,
 ) -> WorkSummary:
     """Process messages until none is available now (or ``max_messages`` were claimed).
 
@@ -156,6 +162,11 @@ def work(
         available (default 1 s): a new message waits at most about this long.
     :param stop: when set, the worker takes no new message; the one in hand is
         finished first. Set it from a signal handler or another thread.
+    :param on_error: a ``forever`` worker does not stop when the database is
+        unreachable or busy (``connection_lost``, ``cannot_connect``,
+        ``database_busy``): it calls ``on_error(error, pause)``, waits ``pause``
+        seconds (``poll_seconds``, doubling up to 30) and tries again. A lease
+        in hand then is not given back: it runs out. Any other error stops it.
     :returns: counts of claimed, done, retried, dead and lease-lost messages.
     :raises WorkInterrupted: ``KeyboardInterrupt`` came in the middle of a
         message: its transaction was rolled back and its lease given back.
@@ -216,7 +227,7 @@ def work(
     hand: list[Lease] = []  # the leases claimed and not yet finished
     try:
         _loop(store, handler, lease_seconds, max_messages, batch, progress, every,
-              forever, poll_seconds, stop, counts, hand)
+              forever, poll_seconds, stop, counts, hand, on_error)
     except KeyboardInterrupt:
         released = _give_back(store, hand)
         raise WorkInterrupted(WorkSummary(**counts), released) from None
@@ -248,13 +259,26 @@ def _loop(
     stop: threading.Event,
     counts: dict[str, int],
     hand: list[Lease],
+    on_error: Callable[[StorageError, float], None] | None,
 ) -> None:
     def wanted() -> int:
         left = None if max_messages is None else max_messages - counts["claimed"]
         return batch if left is None else min(batch, left)
 
+    pause = poll_seconds
     while not stop.is_set() and wanted() > 0:
-        worked = _turn(store, handler, lease_seconds, wanted, every, stop, counts, hand)
+        try:
+            worked = _turn(store, handler, lease_seconds, wanted, every, stop, counts, hand)
+        except StorageError as error:
+            if not forever or error.code not in PASSING_ERRORS:
+                raise
+            hand.clear()  # out of reach: those leases run out by themselves
+            if on_error is not None:
+                on_error(error, pause)
+            stop.wait(pause)
+            pause = min(pause * 2, MAX_PAUSE_SECONDS)
+            continue
+        pause = poll_seconds
         # A plain handler's turn may have done messages before it found none; a
         # LongHandler's turn is one message or none.
         if progress is not None and (worked or not isinstance(handler, LongHandler)):

@@ -9,11 +9,14 @@ holds (FOR UPDATE SKIP LOCKED). Every test opens a fresh database.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -476,3 +479,48 @@ def test_a_transaction_that_opens_with_a_script_or_executemany_still_rolls_back_
                     [("north", "op-1", "{}", "E0001")])
                 raise RuntimeError("undo")
         assert receipts.stored(store) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_forever_worker_outlives_a_lost_connection_and_goes_on(url: str, tmp_path: Path) -> None:
+    # A real `queue-core work --forever` process; the server ends its session (as a
+    # restart or a failover would). The worker says so, waits, reconnects and goes on.
+    import psycopg
+
+    with Store(url) as setup:
+        ledger.install(setup)
+        setup.enqueue(line("E0001", amount_cents=10))
+    worker = subprocess.Popen([sys.executable, "-m", "queue_core", "--db", url, "work", "--forever",
+                               "--poll", "0.1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+
+    def state(event_id: str) -> str:
+        with Store(url, create=False) as look:
+            return look.message(event_id).state
+
+    def wait(condition: Any, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline, f"waited 60 s for {what}"
+            time.sleep(0.05)
+
+    try:
+        wait(lambda: state("E0001") == "done", "E0001")
+        with psycopg.connect(url, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
+        assert ended >= 1
+        with Store(url, create=False) as more:
+            more.enqueue(line("E0002", amount_cents=20))
+        wait(lambda: state("E0002") == "done", "E0002, after the connection was lost")
+        assert worker.poll() is None  # still running
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+    assert json.loads(out)["done"] == 2
+    assert "queue-core: connection_lost: " in err and "; trying again in 0.1 s" in err, err
+    with Store(url, create=False) as final:
+        assert ledger.effects(final) == [("E0001", "book", 10), ("E0002", "book", 20)]

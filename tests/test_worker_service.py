@@ -361,3 +361,34 @@ def test_the_service_unit_runs_a_worker_that_stops_cleanly_on_its_kill_signal(tm
         verified = subprocess.run(["systemd-analyze", "verify", str(folder / "queue-core-worker.service")],
                                   capture_output=True, text=True, timeout=60)
         assert verified.returncode == 0 and verified.stdout + verified.stderr == "", verified.stderr
+
+
+@pytest.mark.one_engine
+@pytest.mark.timeout(120)
+def test_a_forever_worker_waits_out_a_busy_database(tmp_path: Path, folder: Path) -> None:
+    # Another process's writer holds SQLite's write lock past the worker's busy
+    # timeout: the worker says so and tries again, instead of exiting.
+    import sqlite3
+
+    db = tmp_path / "q.sqlite3"
+    with Store(db) as store:
+        store.enqueue(line("E0001"))
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, until ROLLBACK
+    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "--db", str(db), "--busy-timeout", "0.2",
+                             "work", "--handler", "myapp:handle", "--forever", "--poll", "0.1"],
+                            cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # several busy waits of 0.2 s, and pauses between them
+        assert proc.poll() is None
+        holder.execute("ROLLBACK")
+        with Store(db) as store:
+            wait_for(lambda: states(store) == {"E0001": "done"}, "E0001 once the lock is free")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        holder.close()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["done"] == 1
+    assert "queue-core: database_busy: " in err and "; trying again in 0.1 s" in err, err
