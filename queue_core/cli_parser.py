@@ -22,6 +22,7 @@ from .errors import QueueError
 from .rules import MAX_DELAY_SECONDS
 from .store import BUSY_RETRY_SECONDS, DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS
 from .values import STATES
+from .worker import MAX_POLL_SECONDS
 
 DEFAULT_DB = "queue.sqlite3"
 MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
@@ -72,23 +73,26 @@ def _age(text: str) -> int:
     return seconds
 
 
-def _busy_seconds(text: str) -> float:
-    """An argparse type: seconds to wait for a busy database, 0 to an hour."""
+def _decimal_seconds(text: str, high: float) -> float:
+    """Seconds such as 0, 0.5 or 30, at most ``high``."""
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
         raise argparse.ArgumentTypeError(
             f"expected seconds such as 0, 0.5 or 30, got {text!r}"
         )
     seconds = float(text)
-    if seconds > MAX_BUSY_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"expected at most {MAX_BUSY_SECONDS} seconds, got {text}"
-        )
+    if seconds > high:
+        raise argparse.ArgumentTypeError(f"expected at most {high:g} seconds, got {text}")
     return seconds
 
 
+def _busy_seconds(text: str) -> float:
+    """An argparse type: seconds to wait for a busy database, 0 to an hour."""
+    return _decimal_seconds(text, MAX_BUSY_SECONDS)
+
+
 def _poll_seconds(text: str) -> float:
-    """An argparse type: seconds a --forever worker waits, above 0, at most an hour."""
-    seconds = _busy_seconds(text)
+    """An argparse type: seconds a --forever worker waits, above 0 (work()'s own bounds)."""
+    seconds = _decimal_seconds(text, MAX_POLL_SECONDS)
     if seconds == 0:
         raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
     return seconds

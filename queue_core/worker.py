@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Generic, TypeVar
 
-from .errors import LeaseLost
+from .errors import LeaseLost, StorageError
 from .rules import (
     DEFAULT_LEASE_SECONDS,
     MAX_BATCH,
@@ -39,7 +39,6 @@ from .rules import (
 )
 from .store import Store
 from .transactions import Tx
-from .errors import StorageError
 from .values import Claimed, Lease, Message, Outcome
 
 R = TypeVar("R")
@@ -51,6 +50,7 @@ TURN_SLICE_SECONDS = 0.05
 # failover, a long writer). It waits poll_seconds, doubling, up to this long.
 PASSING_ERRORS = frozenset({"connection_lost", "cannot_connect", "database_busy"})
 MAX_PAUSE_SECONDS = 30.0
+MAX_POLL_SECONDS = 3600  # a --forever worker looks for new messages at least hourly
 _COUNTER = {
     Outcome.DONE: "done",
     Outcome.RETRY: "retried",
@@ -216,11 +216,11 @@ def work(
     if (
         isinstance(poll_seconds, bool)
         or not isinstance(poll_seconds, (int, float))
-        or not 0 < poll_seconds <= 3600
+        or not 0 < poll_seconds <= MAX_POLL_SECONDS
     ):
         raise ValueError(
-            f"poll_seconds must be a number of seconds above 0, at most 3600, "
-            f"got {poll_seconds!r}"
+            f"poll_seconds must be a number of seconds above 0, at most "
+            f"{MAX_POLL_SECONDS}, got {poll_seconds!r}"
         )
     stop = threading.Event() if stop is None else stop
     counts = {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0}

@@ -114,17 +114,15 @@ class PostgresConnection:
 
     def execute(self, sql: str, parameters: Any = (), /) -> Rows:
         begin, self._begin = self._begin, None
+        if begin is not None and sql in ("COMMIT", "ROLLBACK"):
+            return Rows(None)  # nothing was begun: nothing to end
         try:
             if self._pipeline is not None:  # sent now, answered when read
                 if begin is not None:
-                    if sql in ("COMMIT", "ROLLBACK"):
-                        return Rows(None)
                     self.raw.execute(begin)
                 return Rows(self.raw.execute(sql, parameters or None), self._settle)
             if begin is None:
                 return Rows(self.raw.execute(sql, parameters or None))
-            if sql in ("COMMIT", "ROLLBACK"):
-                return Rows(None)  # nothing was begun: nothing to end
             # psycopg's pipeline mode sends both and waits once
             with self.raw.pipeline():
                 self.raw.execute(begin)
