@@ -27,9 +27,13 @@ from .errors import (
     ReceiptError,
     StorageError,
     TemporaryFailure,
+    InvalidQueue,
+    QueueConflict,
     UnknownEvent,
+    UnknownQueue,
     WrongPath,
 )
+from .queues import DEFAULT_QUEUE, QueueSettings
 from .heartbeat import Heartbeat
 from .app.ledger import DEFAULT_CATEGORIES, Effect, Handler, Report, Totals
 from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
@@ -86,6 +90,9 @@ __all__ = [
     # the envelope
     "Batch",
     "Event",
+    # named queues
+    "DEFAULT_QUEUE",
+    "QueueSettings",
     "canonical_json",
     "parse_batch",
     # errors
@@ -94,6 +101,9 @@ __all__ = [
     "BatchRejected",
     "NotDead",
     "UnknownEvent",
+    "UnknownQueue",
+    "InvalidQueue",
+    "QueueConflict",
     "ReceiptError",
     "OperationConflict",
     "InvalidReceipt",

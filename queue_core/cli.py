@@ -31,6 +31,7 @@ from .cli_output import (
     message_json,
     messages_table,
     print_json,
+    queues_table,
     status_table,
     wrap,
 )
@@ -46,7 +47,8 @@ from .cli_parser import (  # the parser's names stay importable from here
 from .cli_work import HandlerNotFound, load_handler, stopping_on_signals
 from .clock import Clock, ModelClock
 from .envelope import MAX_FILE_BYTES, parse_batch
-from .errors import BatchRejected, QueueError
+from .errors import BatchRejected, QueueError, UnknownQueue, WrongPath
+from .queues import DEFAULT_QUEUE
 from .prometheus import exposition
 from .rules import MessageHandler
 from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
@@ -122,16 +124,26 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     # server's, one clock for every host).
     clock: Clock | None = ModelClock(now) if now is not None else None
     busy: float = getattr(args, "busy_timeout", BUSY_RETRY_SECONDS)
+    queue: str = getattr(args, "queue", DEFAULT_QUEUE)
 
-    def open_store(create: bool) -> Store:
+    def open_store(create: bool, on: str = queue) -> Store:
         # SQLite's own wait per attempt is never longer than the whole wait asked for.
-        return Store(
-            db,
-            clock=clock,
-            create=create,
-            busy_timeout_ms=min(BUSY_TIMEOUT_MS, round(busy * 1000)),
-            busy_retry_seconds=busy,
-        )
+        try:
+            return Store(
+                db,
+                clock=clock,
+                create=create,
+                queue=on,
+                busy_timeout_ms=min(BUSY_TIMEOUT_MS, round(busy * 1000)),
+                busy_retry_seconds=busy,
+            )
+        except WrongPath as exc:
+            if exc.code == "no_database" and on != DEFAULT_QUEUE:
+                raise UnknownQueue(
+                    f"no queue {on!r}: {exc.message}; create it first "
+                    f"(queue-core create {on})"
+                ) from None
+            raise
 
     if args.command == "demo":
         return _demo(args.json, out)
@@ -140,12 +152,37 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         out.write(lab_json(results) + "\n" if args.json else format_lab(results))
         return 0
     if args.command == "enqueue":
-        # validated before the file is even opened
-        batch = parse_batch(_read_batch(args.file))
-        with open_store(create=True) as store:
+        data = _read_batch(args.file)
+        # the default queue's rules are known: validated before the database is opened
+        batch = parse_batch(data) if queue == DEFAULT_QUEUE else None
+        # only the default queue is created with the database
+        with open_store(create=queue == DEFAULT_QUEUE) as store:
             # the CLI runs the reference application: its table lives beside the queue
             ledger.install(store)
+            batch = batch or parse_batch(data, store.settings)
             print_json(store.enqueue(batch, delay=args.delay).to_dict(), out)
+        return 0
+    if args.command == "create":
+        with open_store(create=True, on=DEFAULT_QUEUE) as store:
+            existed = store.queue_settings(args.name) is not None
+            made = store.create_queue(
+                args.name,
+                id_pattern=args.id_pattern,
+                max_attempts=args.max_attempts,
+                lease_seconds=args.lease_seconds,
+                max_payload_bytes=args.max_payload_bytes,
+            )
+            print_json({"created": not existed, **made.to_dict()}, out)
+        return 0
+    if args.command == "queues":
+        with open_store(create=False, on=DEFAULT_QUEUE) as store:
+            found = store.queues()
+        if args.json:
+            print_json(
+                [{**q.to_dict(), **counts.to_dict()} for q, counts in found], out
+            )
+        else:
+            out.write(queues_table(found))
         return 0
     # One store (one connection) for the whole command, closed explicitly.
     with open_store(create=False) as store:
@@ -208,14 +245,14 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "work":
         return _work(store, args, out)
     if args.command == "metrics":
-        out.write(exposition(store.metrics()))
+        out.write(exposition(store.metrics(), store.queue))
     elif args.command == "prune":
         print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
         # The counts, the money and the metrics from one snapshot: they agree.
         snapshot, metrics = store.read(
             lambda view: (
-                Report(store.status_tx(view), ledger.totals_tx(view)),
+                Report(store.status_tx(view), ledger.totals_tx(view, store.queue)),
                 store.metrics_tx(view),
             )
         )

@@ -13,7 +13,8 @@ import time
 from typing import Any, TextIO
 
 from .app.ledger import Report
-from .values import STATES, Message, Metrics
+from .queues import QueueSettings
+from .values import STATES, Message, Metrics, StateCounts
 from .worker import WorkSummary
 
 PROG = "queue-core"
@@ -163,6 +164,23 @@ def messages_table(messages: list[Message]) -> str:
         lines.append(
             f"{m.event_id:<{id_width}}  {m.state:<6} {m.attempts:>9}  {m.generation:>10}  "
             f"{m.available_at:>12}  {lease:>11}  {m.last_error or '':<{width}}".rstrip()
+        )
+    return "\n".join(lines) + "\n"
+
+
+def queues_table(queues: list[tuple[QueueSettings, StateCounts]]) -> str:
+    """``queue-core queues``: one row per queue, its settings and counts by state."""
+    name_width = max(len("queue"), *(len(q.name) for q, _ in queues))
+    rule_width = max(len("id rule"), *(len(q.id_pattern) for q, _ in queues))
+    lines = [
+        f"{'queue':<{name_width}}  {'id rule':<{rule_width}}  attempts  lease s  "
+        "max bytes  " + "  ".join(f"{state:>6}" for state in STATES)
+    ]
+    for q, counts in queues:
+        lines.append(
+            f"{q.name:<{name_width}}  {q.id_pattern:<{rule_width}}  "
+            f"{q.max_attempts:>8}  {q.lease_seconds:>7}  {q.max_payload_bytes:>9}  "
+            + "  ".join(f"{counts.count(state):>6}" for state in STATES)
         )
     return "\n".join(lines) + "\n"
 

@@ -18,7 +18,8 @@ from .app.lab import CASES as LAB_CASES
 from .app.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
 from .clock import MAX_SECONDS
 from .cli_output import PROG
-from .errors import QueueError
+from .errors import InvalidQueue, QueueError
+from .queues import DEFAULT_QUEUE, DEFAULT_SETTINGS, SETTING_BOUNDS, check_queue_name
 from .rules import MAX_DELAY_SECONDS
 from .store import BUSY_RETRY_SECONDS, DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS
 from .values import STATES
@@ -99,6 +100,14 @@ def _poll_seconds(text: str) -> float:
 
 
 _lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
+
+
+def _queue_name(text: str) -> str:
+    """A queue name, checked before any SQL runs."""
+    try:
+        return check_queue_name(text)
+    except InvalidQueue as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 _count = _whole_number(0, 10**9)
 
 
@@ -110,7 +119,7 @@ EXAMPLE_LINE = (
 # their own temporary folder and model clock: GLOBAL_OPTIONS do not apply
 SELF_CONTAINED = ("demo", "lab")
 # accepted before or after the command's name
-GLOBAL_OPTIONS = ("--db", "--now", "--busy-timeout")
+GLOBAL_OPTIONS = ("--db", "--queue", "--now", "--busy-timeout")
 HELP_WIDTH = 80  # fixed, so that the help is the same in every terminal and on the site
 
 
@@ -175,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
         "or a postgresql:// URL",
     )
     common.add_argument(
+        "--queue",
+        metavar="NAME",
+        type=_queue_name,
+        default=argparse.SUPPRESS,
+        help=f"the queue to work on (default: {DEFAULT_QUEUE}); create makes one",
+    )
+    common.add_argument(
         "--now",
         metavar="SECONDS",
         type=_seconds,
@@ -236,9 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--lease-seconds",
         type=_lease_seconds,
-        default=DEFAULT_LEASE_SECONDS,
+        default=None,
         metavar="S",
-        help=f"lease length (default: {DEFAULT_LEASE_SECONDS})",
+        help=f"lease length (default: the queue's; {DEFAULT_LEASE_SECONDS} for "
+        f"{DEFAULT_QUEUE})",
     )
     worker.add_argument(
         "--max-messages",
@@ -329,6 +346,32 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not ask (without it, purge asks on a terminal and refuses otherwise)",
     )
+
+    create = command("create", "create a queue with its own settings")
+    create.add_argument("name", metavar="NAME", type=_queue_name)
+    create.add_argument(
+        "--id-pattern",
+        metavar="REGEX",
+        default=DEFAULT_SETTINGS.id_pattern,
+        help="a Python regular expression every event id must match in full "
+        f"(default: {DEFAULT_SETTINGS.id_pattern})",
+    )
+    for option, key in (
+        ("--max-attempts", "max_attempts"),
+        ("--lease-seconds", "lease_seconds"),
+        ("--max-payload-bytes", "max_payload_bytes"),
+    ):
+        low, high = SETTING_BOUNDS[key]
+        default = getattr(DEFAULT_SETTINGS, key)
+        create.add_argument(
+            option,
+            type=_whole_number(low, high),
+            default=default,
+            metavar="N",
+            help=f"{low}..{high} (default: {default})",
+        )
+    queues = command("queues", "every queue: its settings and counts by state")
+    queues.add_argument("--json", action="store_true", help="print JSON")
 
     redrive = command("redrive", "give dead messages a new cycle")
     redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")

@@ -17,7 +17,6 @@ from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
 from .reads import Reads, fetch_message
 from .rules import (
-    DEFAULT_LEASE_SECONDS,
     MessageHandler,
     backoff_seconds,
     check_code,
@@ -27,6 +26,7 @@ from .rules import (
     lease_deadline,
     refusal,
 )
+from .queues import QueueSettings
 from .transactions import Tx
 from .values import Claimed, Completion, Lease, Message, Outcome
 
@@ -35,6 +35,14 @@ class Completions(Reads):
     """The store's completions, on its reads and transactions (``Store`` adds the rest)."""
 
     max_attempts: int
+    settings: QueueSettings
+
+    def lease_seconds_for(self, lease_seconds: int | None) -> int:
+        """``lease_seconds``, checked; None is the queue's own (30 for ``default``)."""
+        if lease_seconds is None:
+            return self.settings.lease_seconds
+        check_lease_seconds(lease_seconds)
+        return lease_seconds
 
     # -------------------------------------------------------------- complete
 
@@ -138,7 +146,8 @@ class Completions(Reads):
                 else:
                     leases = [[c.lease.event_id, c.lease.generation] for c in batch]
                     acked = tx.conn.execute(
-                        tx.sql.ack_many, {**tx.times(), "leases": json.dumps(leases)}
+                        tx.sql.ack_many,
+                        {**tx.times(), "queue": self.queue, "leases": json.dumps(leases)},
                     )
             # read once everything is answered: no extra wait on PostgreSQL
             if acked is not None and acked.rowcount != len(batch):
@@ -213,6 +222,7 @@ class Completions(Reads):
         """
         params = {
             **tx.times(),
+            "queue": self.queue,
             "event_id": lease.event_id,
             "generation": lease.generation,
         }
@@ -225,7 +235,7 @@ class Completions(Reads):
         from the database, never from the caller.
         """
         check_lease(lease)
-        message = fetch_message(tx, lease.event_id, lock=True)
+        message = fetch_message(tx, self.queue, lease.event_id, lock=True)
         now = tx.now()
         if message is None:
             raise LeaseLost(f"{lease.event_id} is not in the queue")
@@ -260,7 +270,7 @@ class Completions(Reads):
         # this lease is its current, unexpired lease.
         acked = tx.conn.execute(
             tx.sql.complete_ack,
-            (now, lease.event_id, lease.generation, now),
+            (now, self.queue, lease.event_id, lease.generation, now),
         ).rowcount
         return self._acked(tx, lease, acked)
 
@@ -299,6 +309,7 @@ class Completions(Reads):
         self._at("release.after_read")
         params = {
             **tx.times(),
+            "queue": self.queue,
             "event_id": lease.event_id,
             "generation": lease.generation,
         }
@@ -310,7 +321,7 @@ class Completions(Reads):
 
     # ---------------------------------------------------------------- extend
 
-    def extend(self, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease:
+    def extend(self, lease: Lease, lease_seconds: int | None = None) -> Lease:
         """Heartbeat: the same lease, now ending ``lease_seconds`` from now.
 
         It is fenced like a completion.
@@ -331,16 +342,16 @@ class Completions(Reads):
             lease.
         """
         check_lease(lease)
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         return self._write(
             "extend", lambda tx: self.extend_tx(tx, lease, lease_seconds)
         )
 
     def extend_tx(
-        self, tx: Tx, lease: Lease, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, tx: Tx, lease: Lease, lease_seconds: int | None = None
     ) -> Lease:
         """``extend`` inside the caller's transaction."""
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
         self._at("extend.after_read")
         instant = tx.instant()
@@ -354,7 +365,7 @@ class Completions(Reads):
         # The same fence in the UPDATE itself, as in complete_tx.
         changed = tx.conn.execute(
             tx.sql.extend_lease,
-            (extended.lease_until, lease.event_id, lease.generation, now),
+            (extended.lease_until, self.queue, lease.event_id, lease.generation, now),
         ).rowcount
         if changed != 1:
             raise LeaseLost(
@@ -365,7 +376,7 @@ class Completions(Reads):
         return extended
 
     def heartbeat(
-        self, lease: Lease, *, every: float, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, lease: Lease, *, every: float, lease_seconds: int | None = None
     ) -> Heartbeat:
         """Keep extending ``lease`` every ``every`` seconds while long work runs.
 
@@ -383,7 +394,7 @@ class Completions(Reads):
         written, and ``complete`` would refuse it anyway.
         """
         check_lease(lease)
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         if not every > 0:
             raise ValueError(
                 f"every must be a positive number of seconds, got {every!r}"
@@ -474,14 +485,14 @@ class Completions(Reads):
         if permanent or message.attempts >= self.max_attempts:
             tx.conn.execute(
                 tx.sql.fail_dead,
-                (code, detail, message.event_id),
+                (code, detail, self.queue, message.event_id),
             )
             outcome = Completion(message.event_id, Outcome.DEAD, code, detail=detail)
         else:
             available_at = tx.now() + backoff_seconds(message.attempts)
             tx.conn.execute(
                 tx.sql.fail_retry,
-                (available_at, code, detail, message.event_id),
+                (available_at, code, detail, self.queue, message.event_id),
             )
             outcome = Completion(
                 message.event_id, Outcome.RETRY, code, available_at, detail

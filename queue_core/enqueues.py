@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
 from .completion import Completions
-from .envelope import Batch, parse_batch, parse_items, payload_digest
+from .envelope import Batch, check_batch, parse_batch, parse_items, payload_digest
 from .errors import BatchRejected
 from .rules import check_delay
 from .transactions import Tx
 from .values import EnqueueResult
 
-# Rows per INSERT statement on enqueue: 4 bound values each, far below
+# Rows per INSERT statement on enqueue: 5 bound values each, far below
 # SQLite's 32,766-variable limit and PostgreSQL's 65,535.
 INSERT_ROWS: Final = 250
 
@@ -47,10 +47,13 @@ class Enqueues(Completions):
             batch = data
         elif isinstance(data, (str, bytes, bytearray)):
             batch = parse_batch(
-                data.encode("utf-8") if isinstance(data, str) else bytes(data)
+                data.encode("utf-8") if isinstance(data, str) else bytes(data),
+                self.settings,
             )
         elif isinstance(data, Sequence):
-            batch = parse_items(cast(Sequence[Mapping[str, Any]], data))
+            batch = parse_items(
+                cast(Sequence[Mapping[str, Any]], data), rules=self.settings
+            )
         else:
             raise TypeError(
                 "enqueue takes JSONL text (str or bytes), a list of dicts or a "
@@ -70,7 +73,11 @@ class Enqueues(Completions):
         :raises BatchRejected: the event breaks a rule (its code); nothing is written.
         """
         check_delay(delay)
-        batch = parse_items([{"event_id": event_id, "payload": payload}], single=True)
+        batch = parse_items(
+            [{"event_id": event_id, "payload": payload}],
+            single=True,
+            rules=self.settings,
+        )
         return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
 
     def enqueue_tx(self, tx: Tx, batch: Batch, delay: int = 0) -> EnqueueResult:
@@ -86,6 +93,7 @@ class Enqueues(Completions):
                 "enqueue_tx takes a Batch from parse_batch(), "
                 f"got {type(batch).__name__}"
             )
+        check_batch(batch, self.settings)  # parsed by another queue's rules
         now = tx.now()
         # One read for the whole batch, then one INSERT statement for its new events.
         ids = [event.event_id for event in batch.events]
@@ -94,7 +102,9 @@ class Enqueues(Completions):
             # No database write lock there: enqueues take turns, so that a
             # duplicate or a conflict is decided as on SQLite.
             tx.conn.execute(sql.enqueue_turn)
-        found = tx.conn.execute(sql.enqueue_find, (sql.dialect.id_list(ids),))
+        found = tx.conn.execute(
+            sql.enqueue_find, (self.queue, sql.dialect.id_list(ids))
+        )
         stored: dict[str, str] = {}
         # event_id -> SHA-256 of the canonical payload prune removed
         pruned: dict[str, str] = {}
@@ -104,7 +114,7 @@ class Enqueues(Completions):
             else:
                 pruned[event_id] = digest
         self._at("enqueue.after_read")
-        new: list[tuple[str, str, int, int]] = []
+        new: list[tuple[str, str, int, int, str]] = []
         duplicates = batch.duplicates_in_batch
         # in batch order: a conflict names the first line at fault
         for event in batch.events:
@@ -118,7 +128,7 @@ class Enqueues(Completions):
                     else ""
                 )
             if payload is None:
-                new.append((event.event_id, event.payload, now + delay, now))
+                new.append((event.event_id, event.payload, now + delay, now, self.queue))
             elif payload == event.payload:
                 duplicates += 1
             else:

@@ -20,9 +20,11 @@ code                   meaning
 ``not_an_object``      the line is not a JSON object
 ``missing_key``        ``event_id`` or ``payload`` is absent
 ``unexpected_key``     a key other than ``event_id`` and ``payload``
-``invalid_event_id``   ``event_id`` is not a string matching ``E`` + 4 digits
+``invalid_event_id``   ``event_id`` is not a string the queue's id rule takes
+                       (the default queue's: ``E`` + 4 digits)
 ``payload_not_object`` ``payload`` is not a JSON object
-``payload_too_large``  the canonical payload exceeds ``MAX_PAYLOAD_BYTES``
+``payload_too_large``  the canonical payload exceeds the queue's limit
+                       (the default queue's: ``MAX_PAYLOAD_BYTES``)
 ``event_conflict``     the same ``event_id`` with a different canonical payload
 =====================  ==========================================================
 """
@@ -38,14 +40,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .errors import BatchRejected
+from .queues import DEFAULT_SETTINGS, MAX_EVENT_ID_CHARS, QueueSettings
 
 MAX_FILE_BYTES = 1_000_000
 MAX_LINES = 1_000
-MAX_PAYLOAD_BYTES = 10_000
+MAX_PAYLOAD_BYTES = DEFAULT_SETTINGS.max_payload_bytes
 MAX_DEPTH = 100  # far beyond any business payload, far below Python's recursion limit
 MAX_INT_DIGITS = 4_300  # CPython's default int/str conversion limit
 
-EVENT_ID = re.compile(r"E[0-9]{4}")  # used with fullmatch: no "\d" (Unicode digits)
+EVENT_ID = DEFAULT_SETTINGS.id_rule  # the default queue's, used with fullmatch
 UTF8_BOM = b"\xef\xbb\xbf"
 _STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)  # escapes, quotes, brackets
 _BLANK = " \t\r"  # JSON whitespace; "\n" never occurs inside a line
@@ -68,6 +71,8 @@ class Batch:
     # what an event's number counts, for a later rejection (a conflict with a
     # stored event): "line", "item" (a list of dicts), or None (one event: no number)
     unit: str | None = "line"
+    # the queue whose rules it was validated by
+    rules: QueueSettings = DEFAULT_SETTINGS
 
 
 class _Reject(ValueError):
@@ -94,8 +99,12 @@ def payload_digest(canonical: str) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def parse_batch(data: bytes) -> Batch:
-    """Validate a whole JSONL batch; raise ``BatchRejected`` on the first bad line."""
+def parse_batch(data: bytes, rules: QueueSettings = DEFAULT_SETTINGS) -> Batch:
+    """Validate a whole JSONL batch; raise ``BatchRejected`` on the first bad line.
+
+    ``rules``: the queue whose id rule and payload limit apply (the default
+    queue's unless given).
+    """
     if len(data) > MAX_FILE_BYTES:
         raise BatchRejected(
             "file_too_large",
@@ -123,10 +132,10 @@ def parse_batch(data: bytes) -> Batch:
             raise BatchRejected(
                 "too_many_lines", f"more than {MAX_LINES} non-empty lines", number
             )
-        event = _plain_line(stripped, number)
+        event = _plain_line(stripped, number, rules)
         if event is None:  # anything unusual, valid or not, takes the full path
             try:
-                event = parse_line(text, number)
+                event = parse_line(text, number, rules)
             except _Reject as exc:
                 raise BatchRejected(exc.code, str(exc), number) from None
         seen = events.get(event.event_id)
@@ -140,10 +149,15 @@ def parse_batch(data: bytes) -> Batch:
                 f"{event.event_id} repeats line {seen.line} with a different payload",
                 number,
             )
-    return Batch(events=tuple(events.values()), duplicates_in_batch=duplicates)
+    return Batch(tuple(events.values()), duplicates, rules=rules)
 
 
-def parse_items(items: Sequence[Mapping[str, Any]], *, single: bool = False) -> Batch:
+def parse_items(
+    items: Sequence[Mapping[str, Any]],
+    *,
+    single: bool = False,
+    rules: QueueSettings = DEFAULT_SETTINGS,
+) -> Batch:
     """Validate Python events, ``{"event_id": ..., "payload": {...}}`` each, as lines are.
 
     Each item is written as one JSONL line and the batch is parsed exactly as
@@ -179,11 +193,31 @@ def parse_items(items: Sequence[Mapping[str, Any]], *, single: bool = False) -> 
         except TypeError as exc:
             raise TypeError(f"{where}{exc}") from None
     try:
-        batch = parse_batch("\n".join(lines).encode("utf-8"))
+        batch = parse_batch("\n".join(lines).encode("utf-8"), rules)
     except BatchRejected as exc:
         line = None if single or exc.code == "file_too_large" else exc.line
         raise BatchRejected(exc.code, exc.args[0], line, unit="item") from None
-    return Batch(batch.events, batch.duplicates_in_batch, None if single else "item")
+    return Batch(
+        batch.events, batch.duplicates_in_batch, None if single else "item", rules
+    )
+
+
+def check_batch(batch: Batch, rules: QueueSettings) -> None:
+    """Refuse a batch validated by another queue's rules that breaks ``rules``."""
+    if batch.rules == rules:
+        return
+    for event in batch.events:
+        refused = rules.refuses(event.event_id)
+        if refused is None and len(event.payload.encode("utf-8")) > rules.max_payload_bytes:
+            refused = f"the canonical payload is over {rules.max_payload_bytes} bytes"
+        if refused is not None:
+            code = "invalid_event_id" if refused.startswith("event_id") else "payload_too_large"
+            raise BatchRejected(
+                code,
+                f"{refused}, got {_short(event.event_id)}",
+                None if batch.unit is None else event.line,
+                unit=batch.unit or "line",
+            )
 
 
 def _check_python_json(value: Any, path: str) -> None:
@@ -222,7 +256,9 @@ def _check_python_json(value: Any, path: str) -> None:
     raise TypeError(f"{path or 'the event'} is a {type(value).__name__}, not a JSON value")
 
 
-def parse_line(text: str, number: int = 1) -> Event:
+def parse_line(
+    text: str, number: int = 1, rules: QueueSettings = DEFAULT_SETTINGS
+) -> Event:
     """Validate one line (already decoded) and return its Event."""
     _check_depth(text)
     try:
@@ -249,11 +285,9 @@ def parse_line(text: str, number: int = 1) -> Event:
             "unexpected_key", f"unexpected key {extra[0]!r}; only event_id and payload"
         )
     event_id = value["event_id"]
-    if not isinstance(event_id, str) or not EVENT_ID.fullmatch(event_id):
-        raise _Reject(
-            "invalid_event_id",
-            f"event_id must be 'E' and four digits, got {_short(event_id)}",
-        )
+    refused = rules.refuses(event_id) if isinstance(event_id, str) else rules.id_sentence
+    if refused is not None:
+        raise _Reject("invalid_event_id", f"{refused}, got {_short(event_id)}")
     payload = value["payload"]
     if not isinstance(payload, dict):
         raise _Reject(
@@ -266,15 +300,16 @@ def parse_line(text: str, number: int = 1) -> Event:
         raise _Reject(
             "invalid_unicode", "the payload contains a lone surrogate"
         ) from None
-    if size > MAX_PAYLOAD_BYTES:
+    if size > rules.max_payload_bytes:
         raise _Reject(
             "payload_too_large",
-            f"the canonical payload has {size} bytes; the limit is {MAX_PAYLOAD_BYTES}",
+            f"the canonical payload has {size} bytes; "
+            f"the limit is {rules.max_payload_bytes}",
         )
     return Event(event_id=event_id, payload=canonical, line=number)
 
 
-def _plain_line(text: str, number: int) -> Event | None:
+def _plain_line(text: str, number: int, rules: QueueSettings) -> Event | None:
     """The Event of a well-formed everyday line, or None to send it to ``parse_line``.
 
     The common case costs about half: one C scan, no hooks for integers, the
@@ -299,7 +334,8 @@ def _plain_line(text: str, number: int) -> Event | None:
     if (
         type(event_id) is not str
         or type(payload) is not dict
-        or not EVENT_ID.fullmatch(event_id)
+        or len(event_id) > MAX_EVENT_ID_CHARS
+        or not rules.id_rule.fullmatch(event_id)
     ):
         return None
     canonical = _canonical_decoded(payload)
@@ -310,7 +346,7 @@ def _plain_line(text: str, number: int) -> Event | None:
     # string decodes to the same colons). Equal counts mean nothing was dropped.
     if text.count(":") != 2 + canonical.count(":"):
         return None
-    if not (canonical.isascii() and len(canonical) <= MAX_PAYLOAD_BYTES):
+    if not (canonical.isascii() and len(canonical) <= rules.max_payload_bytes):
         return None  # measured in UTF-8 bytes (or a lone surrogate) by the full path
     return Event(event_id, canonical, number)
 

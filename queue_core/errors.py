@@ -72,6 +72,27 @@ class UnknownEvent(InputError):
     code = "unknown_event"
 
 
+class InvalidQueue(InputError):
+    """A queue's name or setting is unusable; nothing was written.
+
+    Codes: ``invalid_queue_name``, ``invalid_id_pattern``, ``invalid_setting``.
+    """
+
+    code = "invalid_queue"
+
+
+class UnknownQueue(InputError):
+    """The database has no queue of this name (a typo never creates one)."""
+
+    code = "unknown_queue"
+
+
+class QueueConflict(InputError):
+    """The queue exists with other settings; creating it again changes nothing."""
+
+    code = "queue_conflict"
+
+
 class ReceiptError(InputError):
     """An idempotency receipt cannot be written; nothing was written."""
 

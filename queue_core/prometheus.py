@@ -11,11 +11,13 @@ from __future__ import annotations
 from .values import STATES, Metrics
 
 
-def exposition(metrics: Metrics) -> str:
-    """The text exposition of ``metrics``, ending with a newline.
+def exposition(metrics: Metrics, queue: str = "default") -> str:
+    """The text exposition of ``metrics`` of ``queue``, ending with a newline.
 
-    Each family: its HELP and TYPE lines, then its samples.
+    Each family: its HELP and TYPE lines, then its samples, each labelled with
+    its queue (a queue's name needs no escaping: letters, digits, _ and -).
     """
+    own = f'queue="{queue}"'
     lines: list[str] = []
 
     def family(
@@ -29,7 +31,8 @@ def exposition(metrics: Metrics) -> str:
         for suffix, labels, value in samples:
             # NaN: no done message to take a quantile of
             shown = "NaN" if value != value else str(value)
-            lines.append(f"{name}{suffix}{labels} {shown}")
+            labelled = f"{{{own},{labels[1:]}" if labels else f"{{{own}}}"
+            lines.append(f"{name}{suffix}{labelled} {shown}")
 
     family(
         "queue_core_messages",

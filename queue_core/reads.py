@@ -1,4 +1,4 @@
-"""What a store reports and keeps: counts, metrics, messages, and prune.
+"""What a store reports and keeps: counts, metrics, messages, prune, and queues.
 
 None of these changes a message's state: the reads run in one snapshot each
 (``Transactions.read``), and prune only replaces the payloads of old done
@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .envelope import payload_digest
-from .errors import UnknownEvent
+from .errors import QueueConflict, UnknownEvent
+from .queues import DEFAULT_SETTINGS, TEACHING_ID_PATTERN, QueueSettings, check_queue_name
+from .queues import settings as checked_settings
 from .transactions import Transactions, Tx
 from .values import STATES, Latency, Message, Metrics, Pruned, StateCounts
 
@@ -28,7 +30,9 @@ class Reads(Transactions):
 
     def status_tx(self, view: Tx) -> StateCounts:
         """``status`` inside the caller's transaction or snapshot."""
-        return StateCounts(dict(view.conn.execute(view.sql.status_counts).fetchall()))
+        return StateCounts(
+            dict(view.conn.execute(view.sql.status_counts, (self.queue,)).fetchall())
+        )
 
     def metrics(self) -> Metrics:
         """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""
@@ -39,17 +43,18 @@ class Reads(Transactions):
         sql, run = view.sql, view.conn.execute
         now = view.now()
         counts = self.status_tx(view).messages
-        oldest = run(sql.oldest_ready).fetchone()[0]
-        dead = dict(run(sql.dead_attempts).fetchall())
-        done, longest, total = run(sql.done_summary).fetchone()
+        queue = (self.queue,)
+        oldest = run(sql.oldest_ready, queue).fetchone()[0]
+        dead = dict(run(sql.dead_attempts, queue).fetchall())
+        done, longest, total = run(sql.done_summary, queue).fetchone()
 
         def percentile(p: int) -> int | None:
             if not done:
                 return None
             rank = max(1, -(-p * int(done) // 100))  # nearest rank: ceil(p/100 * n)
-            return int(run(sql.done_percentile, (rank - 1,)).fetchone()[0])
+            return int(run(sql.done_percentile, (self.queue, rank - 1)).fetchone()[0])
 
-        expired, pruned = run(sql.expired_and_pruned).fetchone()
+        expired, pruned = run(sql.expired_and_pruned, queue).fetchone()
         return Metrics(
             now=now,
             messages={state: counts.get(state, 0) for state in STATES},
@@ -100,20 +105,25 @@ class Reads(Transactions):
         cutoff = tx.now() - older_than_seconds
         pruned = 0
         while True:  # in chunks, so that memory stays flat however many payloads go
-            rows = tx.conn.execute(sql.prune_chunk, (cutoff, PRUNE_CHUNK)).fetchall()
+            rows = tx.conn.execute(
+                sql.prune_chunk, (self.queue, cutoff, PRUNE_CHUNK)
+            ).fetchall()
             if not rows:
                 break
             tx.conn.executemany(
                 sql.prune_payload,
-                [(payload_digest(payload), event_id) for event_id, payload in rows],
+                [
+                    (payload_digest(payload), self.queue, event_id)
+                    for event_id, payload in rows
+                ],
             )
             pruned += len(rows)
-        unknown = tx.conn.execute(sql.prune_unknown_age).fetchone()[0]
+        unknown = tx.conn.execute(sql.prune_unknown_age, (self.queue,)).fetchone()[0]
         return Pruned(pruned=pruned, unknown_age=int(unknown))
 
     def message(self, event_id: str) -> Message:
         """One stored message, as stored."""
-        found = self.read(lambda view: fetch_message(view, event_id))
+        found = self.read(lambda view: fetch_message(view, self.queue, event_id))
         if found is None:
             raise UnknownEvent(f"{event_id} is not in the queue")
         return found
@@ -137,15 +147,17 @@ class Reads(Transactions):
             sql = view.sql
             if limit is None:
                 rows = (
-                    view.conn.execute(sql.messages_all)
+                    view.conn.execute(sql.messages_all, (self.queue,))
                     if state is None
-                    else view.conn.execute(sql.messages_in_state, (state,))
+                    else view.conn.execute(sql.messages_in_state, (self.queue, state))
                 )
             else:
                 rows = (
-                    view.conn.execute(sql.messages_first, (limit,))
+                    view.conn.execute(sql.messages_first, (self.queue, limit))
                     if state is None
-                    else view.conn.execute(sql.messages_first_in_state, (state, limit))
+                    else view.conn.execute(
+                        sql.messages_first_in_state, (self.queue, state, limit)
+                    )
                 )
             return [message_of(row) for row in rows]
 
@@ -171,11 +183,84 @@ class Reads(Transactions):
         """``purge`` inside the caller's transaction."""
         if state not in ("ready", "dead"):
             raise ValueError(f"purge removes ready or dead messages, got {state!r}")
-        return max(0, tx.conn.execute(tx.sql.purge_state, (state,)).rowcount)
+        return max(
+            0, tx.conn.execute(tx.sql.purge_state, (self.queue, state)).rowcount
+        )
 
     def dead_letters(self) -> list[Message]:
         """The dead-letter queue: messages with ``state = 'dead'``."""
         return self.messages("dead")
+
+    # ---------------------------------------------------------- named queues
+
+    def queue_settings(self, name: str) -> QueueSettings | None:
+        """The settings of queue ``name`` in this database, or None if it has none."""
+        check_queue_name(name)
+        row = self.read(
+            lambda view: view.conn.execute(view.sql.queue_settings, (name,)).fetchone()
+        )
+        return None if row is None else QueueSettings(*row)
+
+    def create_queue(
+        self,
+        name: str,
+        *,
+        id_pattern: str = TEACHING_ID_PATTERN,
+        max_attempts: int = DEFAULT_SETTINGS.max_attempts,
+        lease_seconds: int = DEFAULT_SETTINGS.lease_seconds,
+        max_payload_bytes: int = DEFAULT_SETTINGS.max_payload_bytes,
+    ) -> QueueSettings:
+        """Create queue ``name`` in this database with its own settings; returns them.
+
+        :param id_pattern: a Python regular expression every event id must
+            match in full; it may not match the empty string.
+        :param max_attempts: claims per cycle before dead (1..1000).
+        :param lease_seconds: a claim's lease when none is named.
+        :param max_payload_bytes: the canonical payload's limit.
+        :raises InvalidQueue: a name or setting is unusable (nothing written).
+        :raises QueueConflict: the queue exists with other settings (with the
+            same ones, nothing happens).
+        """
+        wanted = checked_settings(
+            name,
+            id_pattern=id_pattern,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            max_payload_bytes=max_payload_bytes,
+        )
+
+        def create(tx: Tx) -> QueueSettings:
+            row = tx.conn.execute(tx.sql.queue_settings, (name,)).fetchone()
+            if row is None:
+                tx.conn.execute(tx.sql.queue_insert, tuple(wanted.to_dict().values()))
+                return wanted
+            found = QueueSettings(*row)
+            if found != wanted:
+                differ = ", ".join(
+                    f"{key} {value!r}, not {wanted.to_dict()[key]!r}"
+                    for key, value in found.to_dict().items()
+                    if value != wanted.to_dict()[key]
+                )
+                raise QueueConflict(
+                    f"queue {name!r} exists with {differ}; nothing was changed"
+                )
+            return found
+
+        return self._write(None, create)
+
+    def queues(self) -> list[tuple[QueueSettings, StateCounts]]:
+        """Every queue of this database, by name, with its counts by state."""
+
+        def every(view: Tx) -> list[tuple[QueueSettings, StateCounts]]:
+            counts: dict[str, dict[str, int]] = {}
+            for queue, state, count in view.conn.execute(view.sql.queue_counts):
+                counts.setdefault(queue, {})[state] = int(count)
+            return [
+                (QueueSettings(*row), StateCounts(counts.get(row[0], {})))
+                for row in view.conn.execute(view.sql.queues_all).fetchall()
+            ]
+
+        return self.read(every)
 
 
 def message_of(row: Sequence[Any]) -> Message:
@@ -185,12 +270,14 @@ def message_of(row: Sequence[Any]) -> Message:
     bool from PostgreSQL, or the hash itself (None: not pruned) after RETURNING.
     """
     values = list(row)
-    values[-1] = bool(values[-1])
+    values[-2] = bool(values[-2])  # pruned; the queue's name is last
     return Message(*values)
 
 
-def fetch_message(tx: Tx, event_id: str, *, lock: bool = False) -> Message | None:
-    """One message, or None; with ``lock``, its row is locked where rows are."""
+def fetch_message(
+    tx: Tx, queue: str, event_id: str, *, lock: bool = False
+) -> Message | None:
+    """One message of ``queue``, or None; with ``lock``, its row is locked where rows are."""
     statement = tx.sql.message_locked if lock else tx.sql.message
-    row = tx.conn.execute(statement, (event_id,)).fetchone()
+    row = tx.conn.execute(statement, (queue, event_id)).fetchone()
     return None if row is None else message_of(row)

@@ -21,7 +21,7 @@ from typing import Final
 MESSAGE_COLUMNS: Final = (
     "event_id, payload, state, attempts, generation, available_at, lease_until, "
     "last_error, last_detail, enqueued_at, done_at, expired_leases, "
-    "payload_sha256 IS NOT NULL"
+    "payload_sha256 IS NOT NULL, queue"
 )
 # The same columns after RETURNING, with the hash itself last (message_of makes
 # it a bool): SQLite 3.40 answers "payload_sha256 IS NOT NULL" wrongly there,
@@ -29,9 +29,11 @@ MESSAGE_COLUMNS: Final = (
 _RETURNED_COLUMNS: Final = MESSAGE_COLUMNS.replace(
     "payload_sha256 IS NOT NULL", "payload_sha256"
 )
+# The columns of a queue's ``QueueSettings``, in its order.
+QUEUE_COLUMNS: Final = "name, id_pattern, max_attempts, lease_seconds, max_payload_bytes"
 # The timed rows of the metrics: done messages with both of their times.
 _TIMED: Final = (
-    "FROM messages WHERE state = 'done' "
+    "FROM messages WHERE queue = ? AND state = 'done' "
     "AND enqueued_at IS NOT NULL AND done_at IS NOT NULL"
 )
 
@@ -47,6 +49,9 @@ class Dialect:
     row_lock: str
     # matches event_id against one parameter holding a list of ids
     ids_in_list: str
+    # matches event_id against the ids a subquery chose ({} is the subquery),
+    # which must run once: a rescan would lock and take further rows
+    ids_chosen: str
     # the statement that makes enqueues take turns (None: the write lock does)
     enqueue_turn: str | None
     # the statement that makes receipts of one key take turns (None: as above)
@@ -119,6 +124,12 @@ class Statements:
     prune_chunk: str
     prune_payload: str
     prune_unknown_age: str
+    # named queues: one queue's settings, a new queue, every queue, the counts
+    # of every queue by state
+    queue_settings: str
+    queue_insert: str
+    queues_all: str
+    queue_counts: str
     # receipts
     receipt_turn: str | None
     receipt_lookup: str
@@ -131,13 +142,13 @@ class Statements:
 def _statements(dialect: Dialect) -> Statements:
     written = {
         "enqueue_find": "SELECT event_id, payload, payload_sha256 FROM messages "
-        f"WHERE {dialect.ids_in_list}",
+        f"WHERE queue = ? AND {dialect.ids_in_list}",
         "enqueue_insert": "INSERT INTO messages"
-        " (event_id, payload, state, available_at, enqueued_at) VALUES ",
-        "enqueue_insert_row": "(?, ?, 'ready', ?, ?)",
+        " (event_id, payload, state, available_at, enqueued_at, queue) VALUES ",
+        "enqueue_insert_row": "(?, ?, 'ready', ?, ?, ?)",
         "claim_candidates": """
             SELECT event_id, attempts, generation, lease_until FROM messages
-            WHERE state IN ('ready', 'leased')
+            WHERE queue = ? AND state IN ('ready', 'leased')
               AND available_at <= ?
               AND (state = 'ready' OR lease_until <= ?)
             ORDER BY available_at, event_id
@@ -145,59 +156,69 @@ def _statements(dialect: Dialect) -> Statements:
         + dialect.claim_lock,
         "claim_expired_to_dead": "UPDATE messages SET state = 'dead', "
         "lease_until = NULL, last_error = ?, last_detail = ?, "
-        "expired_leases = expired_leases + 1 WHERE event_id = ?",
+        "expired_leases = expired_leases + 1 WHERE queue = ? AND event_id = ?",
         "claim_lease": """
             UPDATE messages
             SET state = 'leased', attempts = ?, generation = ?, lease_until = ?,
                 expired_leases = expired_leases + ?
-            WHERE event_id = ?""",
-        "message": f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE event_id = ?",
-        "message_locked": f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE event_id = ?"
+            WHERE queue = ? AND event_id = ?""",
+        "message": f"SELECT {MESSAGE_COLUMNS} FROM messages "
+        "WHERE queue = ? AND event_id = ?",
+        "message_locked": f"SELECT {MESSAGE_COLUMNS} FROM messages "
+        "WHERE queue = ? AND event_id = ?"
         + dialect.row_lock,
         "complete_ack": "UPDATE messages SET state = 'done', lease_until = NULL, "
-        "done_at = ? WHERE event_id = ? AND generation = ? "
+        "done_at = ? WHERE queue = ? AND event_id = ? AND generation = ? "
         "AND state = 'leased' AND lease_until > ?",
         "extend_lease": "UPDATE messages SET lease_until = ? "
-        "WHERE event_id = ? AND generation = ? "
+        "WHERE queue = ? AND event_id = ? AND generation = ? "
         "AND state = 'leased' AND lease_until > ?",
         "fail_dead": "UPDATE messages SET state = 'dead', lease_until = NULL, "
-        "last_error = ?, last_detail = ? WHERE event_id = ?",
+        "last_error = ?, last_detail = ? WHERE queue = ? AND event_id = ?",
         "fail_retry": """
             UPDATE messages
             SET state = 'ready', lease_until = NULL, available_at = ?,
                 last_error = ?, last_detail = ?
-            WHERE event_id = ?""",
-        "redrive_state": "SELECT state FROM messages WHERE event_id = ?"
+            WHERE queue = ? AND event_id = ?""",
+        "redrive_state": "SELECT state FROM messages WHERE queue = ? AND event_id = ?"
         + dialect.row_lock,
         "redrive_reset": "UPDATE messages SET state = 'ready', attempts = 0, "
-        "available_at = ? WHERE event_id = ?",
-        "status_counts": "SELECT state, count(*) FROM messages GROUP BY state",
-        "messages_all": f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id",
+        "available_at = ? WHERE queue = ? AND event_id = ?",
+        "status_counts": "SELECT state, count(*) FROM messages WHERE queue = ? "
+        "GROUP BY state",
+        "messages_all": f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE queue = ? "
+        "ORDER BY event_id",
         "messages_in_state": f"SELECT {MESSAGE_COLUMNS} FROM messages "
-        "WHERE state = ? ORDER BY event_id",
+        "WHERE queue = ? AND state = ? ORDER BY event_id",
         "messages_first": f"SELECT {MESSAGE_COLUMNS} FROM messages "
-        "ORDER BY event_id LIMIT ?",
+        "WHERE queue = ? ORDER BY event_id LIMIT ?",
         "messages_first_in_state": f"SELECT {MESSAGE_COLUMNS} FROM messages "
-        "WHERE state = ? ORDER BY event_id LIMIT ?",
-        "purge_state": "DELETE FROM messages WHERE state = ? "
+        "WHERE queue = ? AND state = ? ORDER BY event_id LIMIT ?",
+        "purge_state": "DELETE FROM messages WHERE queue = ? AND state = ? "
         "AND state IN ('ready', 'dead')",
-        "oldest_ready": "SELECT min(enqueued_at) FROM messages WHERE state = 'ready'",
+        "oldest_ready": "SELECT min(enqueued_at) FROM messages "
+        "WHERE queue = ? AND state = 'ready'",
         "dead_attempts": "SELECT attempts, count(*) FROM messages "
-        "WHERE state = 'dead' GROUP BY attempts ORDER BY attempts",
+        "WHERE queue = ? AND state = 'dead' GROUP BY attempts ORDER BY attempts",
         "done_summary": "SELECT count(*), max(done_at - enqueued_at), "
         f"coalesce(sum(done_at - enqueued_at), 0) {_TIMED}",
         "done_percentile": f"SELECT done_at - enqueued_at AS seconds {_TIMED} "
         "ORDER BY seconds LIMIT 1 OFFSET ?",
         "expired_and_pruned": "SELECT coalesce(sum(expired_leases), 0), "
-        "count(payload_sha256) FROM messages",
+        "count(payload_sha256) FROM messages WHERE queue = ?",
         "prune_chunk": "SELECT event_id, payload FROM messages "
-        "WHERE state = 'done' AND payload_sha256 IS NULL "
+        "WHERE queue = ? AND state = 'done' AND payload_sha256 IS NULL "
         "AND done_at IS NOT NULL AND done_at <= ? "
         "ORDER BY event_id LIMIT ?",
         "prune_payload": "UPDATE messages SET payload = '{}', payload_sha256 = ? "
-        "WHERE event_id = ?",
+        "WHERE queue = ? AND event_id = ?",
         "prune_unknown_age": "SELECT count(*) FROM messages "
-        "WHERE state = 'done' AND done_at IS NULL",
+        "WHERE queue = ? AND state = 'done' AND done_at IS NULL",
+        "queue_settings": f"SELECT {QUEUE_COLUMNS} FROM queues WHERE name = ?",
+        "queue_insert": f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+        "queues_all": f"SELECT {QUEUE_COLUMNS} FROM queues ORDER BY name",
+        "queue_counts": "SELECT queue, state, count(*) FROM messages "
+        "GROUP BY queue, state",
         "receipt_lookup": "SELECT tenant, operation, payload, effect FROM receipts "
         "WHERE tenant = ? AND operation = ?",
         "receipt_insert": "INSERT INTO receipts (tenant, operation, payload, effect) "
@@ -207,6 +228,14 @@ def _statements(dialect: Dialect) -> Statements:
     }
     # Named parameters (:name), for the statements whose time may be the engine's.
     spent = "attempts >= :max_attempts"
+    # the messages a claim takes, in claim order
+    chosen = f"""
+              SELECT event_id FROM messages
+              WHERE queue = :queue AND state IN ('ready', 'leased')
+                AND available_at <= {dialect.now}
+                AND (state = 'ready' OR lease_until <= {dialect.now})
+              ORDER BY available_at, event_id
+              LIMIT :wanted{dialect.claim_lock}"""
     named = {
         "claim_messages": f"""
             UPDATE messages SET
@@ -223,24 +252,18 @@ def _statements(dialect: Dialect) -> Statements:
                 ELSE last_detail END,
               expired_leases = expired_leases
                 + CASE WHEN {spent} OR state = 'leased' THEN 1 ELSE 0 END
-            WHERE event_id IN (
-              SELECT event_id FROM messages
-              WHERE state IN ('ready', 'leased')
-                AND available_at <= {dialect.now}
-                AND (state = 'ready' OR lease_until <= {dialect.now})
-              ORDER BY available_at, event_id
-              LIMIT :wanted{dialect.claim_lock})
+            WHERE queue = :queue AND {dialect.ids_chosen.format(chosen)}
             RETURNING {_RETURNED_COLUMNS}""",
         "ack": "UPDATE messages SET state = 'done', lease_until = NULL, "
-        f"done_at = {dialect.now} WHERE event_id = :event_id "
+        f"done_at = {dialect.now} WHERE queue = :queue AND event_id = :event_id "
         "AND generation = :generation "
         f"AND state = 'leased' AND lease_until > {dialect.now}",
         "release": "UPDATE messages SET state = 'ready', lease_until = NULL, "
-        "attempts = attempts - 1 WHERE event_id = :event_id "
+        "attempts = attempts - 1 WHERE queue = :queue AND event_id = :event_id "
         "AND generation = :generation "
         f"AND state = 'leased' AND lease_until > {dialect.now}",
         "ack_many": "UPDATE messages SET state = 'done', lease_until = NULL, "
-        f"done_at = {dialect.now} WHERE {dialect.leases_in_list} "
+        f"done_at = {dialect.now} WHERE queue = :queue AND {dialect.leases_in_list} "
         f"AND state = 'leased' AND lease_until > {dialect.now}",
     }
     for name, sql in written.items():
@@ -280,6 +303,7 @@ SQLITE: Final = _statements(
         claim_lock="",
         row_lock="",
         ids_in_list="event_id IN (SELECT value FROM json_each(?))",
+        ids_chosen="event_id IN ({})",
         enqueue_turn=None,
         receipt_turn=None,
         server_time=None,
@@ -303,6 +327,8 @@ POSTGRESQL: Final = _statements(
         claim_lock=" FOR UPDATE SKIP LOCKED",
         row_lock=" FOR UPDATE",
         ids_in_list="event_id = ANY(?)",
+        # ARRAY(...): an InitPlan, run once before the UPDATE looks at a row
+        ids_chosen="event_id = ANY(ARRAY({}))",
         enqueue_turn="SELECT pg_advisory_xact_lock(1363373939)",
         receipt_turn="SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))",
         server_time="SELECT extract(epoch FROM clock_timestamp())::float8",

@@ -40,7 +40,8 @@ from pathlib import Path
 from .clock import Clock, SystemClock
 from .enqueues import INSERT_ROWS, Enqueues
 from .engines import engine_for
-from .errors import LeaseLost, NotDead, UnknownEvent
+from .errors import LeaseLost, NotDead, UnknownEvent, UnknownQueue
+from .queues import DEFAULT_QUEUE, DEFAULT_SETTINGS, check_queue_name
 from .rules import (
     BATCH_OPERATIONS,
     BUSY_RETRY_SECONDS,
@@ -58,7 +59,6 @@ from .rules import (
     check_count,
     check_handler,
     check_lease,
-    check_lease_seconds,
     lease_deadline,
     refusal,
 )
@@ -106,7 +106,8 @@ class Store(Enqueues):
         *,
         clock: Clock | None = None,
         create: bool = True,
-        max_attempts: int = MAX_ATTEMPTS,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int | None = None,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         busy_retry_seconds: float = BUSY_RETRY_SECONDS,
         probe: Probe | None = None,
@@ -118,6 +119,10 @@ class Store(Enqueues):
         database with no queue in it is refused (``no_database``).
         A path that is not a queue database is refused without being modified;
         a file of an older schema version is migrated forward in one transaction.
+
+        ``queue`` names the queue this store works on (``create_queue`` makes
+        one; ``default`` always exists); its settings are read from the
+        database. ``max_attempts`` overrides the queue's own for this store.
         """
         if not isinstance(path, (str, Path)):
             raise TypeError(
@@ -129,7 +134,8 @@ class Store(Enqueues):
                 "clock must have a now() method returning seconds, "
                 f"got {type(clock).__name__}"
             )
-        if (
+        check_queue_name(queue)
+        if max_attempts is not None and (
             isinstance(max_attempts, bool)
             or not isinstance(max_attempts, int)
             or max_attempts < 1
@@ -157,8 +163,8 @@ class Store(Enqueues):
             )
         # chosen once: the protocol below never asks which engine it runs on
         engine = engine_for(path, busy_timeout_ms=busy_timeout_ms)
-        self.max_attempts = max_attempts
         self.busy_timeout_ms = busy_timeout_ms
+        self.settings = DEFAULT_SETTINGS
         super().__init__(
             engine,
             clock if clock is not None else SystemClock(),
@@ -166,9 +172,20 @@ class Store(Enqueues):
             server_clock=clock is None and engine.sql.server_time is not None,
             busy_retry_seconds=busy_retry_seconds,
             probe=probe,
+            queue=queue,
         )
         try:
             engine.open_queue(self._thread_connection, create=create)
+            # The default queue's row never changes (create_queue refuses other
+            # settings): opening it reads nothing, so writes nothing beside the file.
+            found = DEFAULT_SETTINGS if queue == DEFAULT_QUEUE else self.queue_settings(queue)
+            if found is None:
+                raise UnknownQueue(
+                    f"no queue {queue!r} in {self.where}; create it first "
+                    f"(queue-core create {queue}, or Store.create_queue)"
+                )
+            self.settings = found
+            self.max_attempts = found.max_attempts if max_attempts is None else max_attempts
         except BaseException:
             self.close()  # a refused target keeps no connection of ours
             raise
@@ -184,7 +201,8 @@ class Store(Enqueues):
         return self.engine.where
 
     def __repr__(self) -> str:
-        return f"Store({self.where!r}, clock={self.clock!r})"
+        queue = "" if self.queue == DEFAULT_QUEUE else f", queue={self.queue!r}"
+        return f"Store({self.where!r}{queue}, clock={self.clock!r})"
 
     def __enter__(self) -> Store:
         return self
@@ -194,18 +212,18 @@ class Store(Enqueues):
 
     # ----------------------------------------------------------------- claim
 
-    def claim(self, lease_seconds: int = DEFAULT_LEASE_SECONDS) -> Lease | None:
+    def claim(self, lease_seconds: int | None = None) -> Lease | None:
         """Lease the next available message, or return None if there is none now.
 
         :param lease_seconds: how long the lease lasts; complete before
             ``lease.lease_until``.
         :returns: the lease (event id, generation, attempt, deadline), or ``None``.
         """
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         return self._write("claim", lambda tx: self.claim_tx(tx, lease_seconds))
 
     def claim_tx(
-        self, tx: Tx, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, tx: Tx, lease_seconds: int | None = None
     ) -> Lease | None:
         """Choose and lease a message inside the caller's ``BEGIN IMMEDIATE``.
 
@@ -214,7 +232,7 @@ class Store(Enqueues):
         ``available_at, event_id``. A message whose last allowed claim expired
         goes to dead instead, and the search goes on.
         """
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         leases = self._claim_up_to(tx, 1, lease_seconds, tx.instant())
         return leases[0] if leases else None
 
@@ -233,7 +251,7 @@ class Store(Enqueues):
         leases: list[Lease] = []
         while len(leases) < count:
             rows = tx.conn.execute(
-                tx.sql.claim_candidates, (now, now, count - len(leases))
+                tx.sql.claim_candidates, (self.queue, now, now, count - len(leases))
             ).fetchall()
             self._at("claim.after_read")
             if not rows:
@@ -248,6 +266,7 @@ class Store(Enqueues):
                             LEASE_EXPIRED,
                             f"the lease of claim {attempts} of {self.max_attempts} "
                             f"ended at {expired_at} with no completion",
+                            self.queue,
                             event_id,
                         ),
                     )
@@ -261,6 +280,7 @@ class Store(Enqueues):
                         lease.generation,
                         lease.lease_until,
                         expired,
+                        self.queue,
                         event_id,
                     ),
                 )
@@ -271,7 +291,7 @@ class Store(Enqueues):
     # ------------------------------------------------ the worker's claim
 
     def claim_message(
-        self, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, lease_seconds: int | None = None
     ) -> Claimed | None:
         """Lease the next available message and return it with the message: one statement.
 
@@ -284,12 +304,12 @@ class Store(Enqueues):
         :param lease_seconds: how long the lease lasts.
         :returns: the lease and its message, or ``None`` if none is available now.
         """
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         claimed = self._alone(lambda tx: self.claim_messages_tx(tx, 1, lease_seconds))
         return claimed[0] if claimed else None
 
     def claim_messages(
-        self, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, count: int, lease_seconds: int | None = None
     ) -> list[Claimed]:
         """Lease up to ``count`` messages in one statement, with their messages.
 
@@ -297,17 +317,18 @@ class Store(Enqueues):
         ``claim_message`` takes one. Complete them with ``complete_many``.
         """
         check_count(count)
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         return self._alone(lambda tx: self.claim_messages_tx(tx, count, lease_seconds))
 
     def claim_messages_tx(
-        self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, tx: Tx, count: int, lease_seconds: int | None = None
     ) -> list[Claimed]:
         """Lease up to ``count`` messages with ``claim_messages``, in claim order."""
         check_count(count)
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         params: dict[str, object] = {
             **tx.times(lease_seconds),
+            "queue": self.queue,
             "max_attempts": self.max_attempts,
             "lease_expired": LEASE_EXPIRED,
         }
@@ -339,7 +360,7 @@ class Store(Enqueues):
     # ------------------------------------------------------------- batches
 
     def claim_many(
-        self, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, count: int, lease_seconds: int | None = None
     ) -> list[Lease]:
         """Lease up to ``count`` available messages in one transaction (batched).
 
@@ -351,17 +372,17 @@ class Store(Enqueues):
             batch's work.
         """
         check_count(count)
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         return self._write(
             "claim_many", lambda tx: self.claim_many_tx(tx, count, lease_seconds)
         )
 
     def claim_many_tx(
-        self, tx: Tx, count: int, lease_seconds: int = DEFAULT_LEASE_SECONDS
+        self, tx: Tx, count: int, lease_seconds: int | None = None
     ) -> list[Lease]:
         """``claim_many`` inside the caller's transaction."""
         check_count(count)
-        check_lease_seconds(lease_seconds)
+        lease_seconds = self.lease_seconds_for(lease_seconds)
         return self._claim_up_to(tx, count, lease_seconds, tx.instant())
 
     def complete_many(
@@ -457,7 +478,9 @@ class Store(Enqueues):
         now = tx.now()
         done: list[str] = []
         for event_id in event_ids:
-            row = tx.conn.execute(tx.sql.redrive_state, (event_id,)).fetchone()
+            row = tx.conn.execute(
+                tx.sql.redrive_state, (self.queue, event_id)
+            ).fetchone()
             self._at("redrive.after_read")
             if row is None:
                 raise UnknownEvent(f"{event_id} is not in the queue")
@@ -467,7 +490,7 @@ class Store(Enqueues):
                 )
             tx.conn.execute(
                 tx.sql.redrive_reset,
-                (now, event_id),
+                (now, self.queue, event_id),
             )
             self._at("redrive.after_update")
             done.append(event_id)

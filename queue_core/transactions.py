@@ -42,8 +42,10 @@ class Tx:
         clock: Clock,
         *,
         server_clock: bool = False,
+        queue: str = "default",
     ) -> None:
         self.conn = conn
+        self.queue = queue  # the store's queue: what a handler's effect may name
         self.engine = engine
         self.sql: Statements = engine.sql
         self.clock = clock
@@ -103,8 +105,10 @@ class Transactions:
         server_clock: bool,
         busy_retry_seconds: float,
         probe: Probe | None,
+        queue: str,
     ) -> None:
         self.engine = engine
+        self.queue = queue  # every statement names it: a store is one queue
         self.clock = clock
         self.busy_retry_seconds = busy_retry_seconds
         self._server_clock = server_clock
@@ -216,7 +220,13 @@ class Transactions:
             self._probe(point)
 
     def _tx(self, conn: Connection) -> Tx:
-        return Tx(conn, self.engine, self.clock, server_clock=self._server_clock)
+        return Tx(
+            conn,
+            self.engine,
+            self.clock,
+            server_clock=self._server_clock,
+            queue=self.queue,
+        )
 
     # ----------------------------------------------------------- transactions
 

@@ -81,6 +81,7 @@ class Message:
     expired_leases: int = 0  # leases of it that ran out and a later claim took over
     # prune removed the payload ({} now); its hash still deduplicates
     pruned: bool = False
+    queue: str = "default"  # the queue it belongs to (schema version 4)
 
     @property
     def payload_object(self) -> dict[str, Any]:

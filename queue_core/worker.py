@@ -34,7 +34,6 @@ from .rules import (
     MAX_BATCH,
     MessageHandler,
     check_handler,
-    check_lease_seconds,
     refusal,
 )
 from .store import Store
@@ -116,7 +115,7 @@ def work(
     store: Store,
     handler: MessageHandler | LongHandler[Any],
     *,
-    lease_seconds: int = DEFAULT_LEASE_SECONDS,
+    lease_seconds: int | None = None,
     max_messages: int | None = None,
     batch: int = 1,
     progress: Callable[[WorkSummary], None] | None = None,
@@ -174,13 +173,14 @@ def work(
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
     every = 0.0  # a LongHandler's heartbeat interval
+    # None: the queue's own lease (30 s for the default queue)
+    lease_seconds = store.lease_seconds_for(lease_seconds)
     if isinstance(handler, LongHandler):
         if batch != 1:
             raise ValueError(
                 "a LongHandler takes one message at a time: "
                 f"batch must be 1, got {batch!r}"
             )
-        check_lease_seconds(lease_seconds)
         every = lease_seconds / 4 if heartbeat_every is None else heartbeat_every
         if (
             isinstance(every, bool)

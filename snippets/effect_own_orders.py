@@ -30,21 +30,26 @@ BATCH = """\
 """
 ORDERS = """
 CREATE TABLE orders (
-    event_id TEXT    PRIMARY KEY REFERENCES messages (event_id),
+    queue    TEXT    NOT NULL,
+    event_id TEXT    NOT NULL,
     customer TEXT    NOT NULL,
     sku      TEXT    NOT NULL,
-    quantity INTEGER NOT NULL CHECK (quantity > 0)
+    quantity INTEGER NOT NULL CHECK (quantity > 0),
+    PRIMARY KEY (queue, event_id),
+    FOREIGN KEY (queue, event_id) REFERENCES messages (queue, event_id)
 ) STRICT
 """
-INSERT = "INSERT INTO orders (event_id, customer, sku, quantity) VALUES (?, ?, ?, ?)"
+INSERT = (
+    "INSERT INTO orders (queue, event_id, customer, sku, quantity) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
 
 
 def place_order(tx, message):
     """A handler: the order of one message, written in the completion's transaction."""
     order = message.payload_object  # the payload as stored, read inside the transaction
-    tx.execute(
-        INSERT, (message.event_id, order["customer"], order["sku"], order["quantity"])
-    )
+    key = (message.queue, message.event_id)  # a message's key: its queue and its id
+    tx.execute(INSERT, (*key, order["customer"], order["sku"], order["quantity"]))
 
 
 with tempfile.TemporaryDirectory() as folder:
@@ -69,10 +74,8 @@ with tempfile.TemporaryDirectory() as folder:
     with store.transaction() as tx:
         message = store.leased_tx(tx, lease)
         order = message.payload_object
-        tx.execute(
-            INSERT,
-            (message.event_id, order["customer"], order["sku"], order["quantity"]),
-        )
+        key = (message.queue, message.event_id)
+        tx.execute(INSERT, (*key, order["customer"], order["sku"], order["quantity"]))
         completion = store.complete_tx(tx, lease)
     print(
         "2. leased_tx, your INSERT, complete_tx     "
@@ -106,7 +109,9 @@ with tempfile.TemporaryDirectory() as folder:
 
     print()
     for event_id, customer, sku, quantity in store.read(
-        lambda view: view.execute("SELECT * FROM orders ORDER BY event_id").fetchall()
+        lambda view: view.execute(
+            "SELECT event_id, customer, sku, quantity FROM orders ORDER BY event_id"
+        ).fetchall()
     ):
         state = store.message(event_id).state
         print(f"order {event_id}: {customer} {sku} x{quantity}, message {state}")

@@ -138,7 +138,7 @@ def test_an_effect_insert_refused_by_the_unique_key_counts_as_a_double(
         store.enqueue('{"event_id": "E0001", "payload": {"category": "pen", "amount_cents": 1}}\n')
         assert _unique_key_refusals(read_file(db)) == 0
         with store.transaction() as tx:  # a buggy client wrote the effect without the ACK
-            tx.execute("INSERT INTO effects VALUES ('E0001', 'pen', 1)")
+            tx.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'pen', 1)")
         lease = store.claim(2)
         assert lease is not None
         completion = store.complete(lease, Handler())
@@ -172,7 +172,7 @@ def test_the_postgresql_reader_reports_what_was_planted(postgres_url: str) -> No
 
         # An effect whose message does not exist: the foreign key's trigger is off in replica mode.
         conn.execute("SET session_replication_role = replica")
-        conn.execute("INSERT INTO effects VALUES ('E0009', 'pen', 5)")
+        conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0009', 'pen', 5)")
         conn.execute("SET session_replication_role = DEFAULT")
         assert read_file(postgres_url).foreign_key_errors == 1
         found = check_invariants(postgres_url, finished=False)

@@ -358,7 +358,7 @@ BROKEN_RECEIPTS = {
         f"E0002 is done with 0 effects and the receipt of {NORTH_7} is no proof (effect E0001 of another payload)",
         (1, 0)),
     "the operation doubled under another event id": (
-        "INSERT INTO effects VALUES ('E0002', 'book', 10000)",
+        "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0002', 'book', 10000)",
         f"E0002 has an effect of its own, but the receipt of its operation {NORTH_7} names E0001", (0, 1)),
 }
 

@@ -15,7 +15,7 @@ GRAPH = import_graph()
 # and nothing else: no handler, no ledger, no receipts, no proof machinery, and
 # no engine in particular (the engines package's interface is not a module of
 # the graph; engines.sqlite and engines.postgres are).
-PROTOCOL = ("store", "enqueues", "completion", "reads", "transactions", "rules", "statements")
+PROTOCOL = ("store", "enqueues", "completion", "reads", "transactions", "rules", "statements", "queues")
 PROTOCOL_MAY_IMPORT = {"clock", "envelope", "errors", "heartbeat", "turn", "values", *PROTOCOL}
 PACKAGE = Path(__file__).resolve().parent.parent / "queue_core"
 

@@ -1,4 +1,4 @@
-"""Older schema versions are migrated to the current one (3) on open, in one transaction.
+"""Older schema versions are migrated to the current one (4) on open, in one transaction.
 
 A version-1 database is built by hand, exactly as the v1 code made it
 (``docs_support/old_versions.py``: v1's schema copied verbatim; v1 created the
@@ -91,11 +91,13 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     with Store(v1, clock=ModelClock(1000)):
         # The migration is checkpointed at once: the new version is in the file itself
         # while the store is still open, not only in its WAL.
-        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 3
-    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 3
-    assert select(v1, "PRAGMA user_version") == [(3,)]
+        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 4
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 4
+    assert select(v1, "PRAGMA user_version") == [(4,)]
     assert select(v1, "PRAGMA application_id") == [(sqlite_engine.APPLICATION_ID,)]
-    assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS]
+    assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS, "queue"]
+    # every message from before belongs to the default queue
+    assert select(v1, "SELECT DISTINCT queue FROM messages") == [("default",)]
     # Every row keeps its meaning: the same values, and no detail was invented.
     assert select(v1, f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY event_id") == V1_MESSAGES
     assert select(v1, "SELECT count(*) FROM messages WHERE last_detail IS NOT NULL") == [(0,)]
@@ -103,12 +105,12 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     assert select(v1, UNKNOWN_TIMES) == [(len(V1_MESSAGES),)]
     assert select(v1, "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id") == V1_EFFECTS
     assert select(v1, "SELECT tenant, operation, payload, effect FROM receipts") == V1_RECEIPT_ROWS
-    # The claim index is still there, unchanged, and claim still reads through it.
-    assert select(v1, "SELECT sql FROM sqlite_master WHERE name = 'messages_claimable'") == index_sql != []
-    plan = " ".join(r[3] for r in select(v1, """EXPLAIN QUERY PLAN SELECT event_id FROM messages
-        WHERE state IN ('ready', 'leased') AND available_at <= 5 AND (state = 'ready' OR lease_until <= 5)
-        ORDER BY available_at, event_id LIMIT 1"""))
-    assert "messages_claimable" in plan
+    # The claim index leads with the queue now, and claim reads through it without a sort.
+    new_index = select(v1, "SELECT sql FROM sqlite_master WHERE name = 'messages_claimable'")
+    assert index_sql != [] and new_index != index_sql and "(queue, available_at, event_id)" in new_index[0][0]
+    plan = " ".join(r[3] for r in select(v1, "EXPLAIN QUERY PLAN " + sqlite_engine.SQLITE.claim_candidates
+                                         .replace("?", "'default'", 1).replace("?", "5")))
+    assert "messages_claimable" in plan and "TEMP B-TREE" not in plan
     assert select(v1, "PRAGMA integrity_check") == [("ok",)]
     assert select(v1, "PRAGMA foreign_key_check") == []
     assert select(v1, "PRAGMA journal_mode") == [("wal",)]
@@ -166,7 +168,7 @@ def test_a_version_1_file_that_never_had_a_receipt_gets_the_receipts_table(tmp_p
 def test_an_empty_version_1_file_migrates(tmp_path: Path) -> None:
     path = make_v1(tmp_path / "empty.sqlite3", with_receipts=False, rows=False)
     store = Store(path, clock=ModelClock(1000), create=False)  # migration is not creation
-    assert header_version(path) == 3
+    assert header_version(path) == 4
     assert store.status().messages == {}
     store.enqueue(line("E0001"))
     assert store.complete(store.claim(), Handler()).outcome is Outcome.DONE  # v1's effects table is the ledger's
@@ -179,7 +181,7 @@ def test_opening_the_migrated_file_again_is_a_no_op(v1: Path) -> None:
     with Store(v1, clock=ModelClock(1000)), Store(v1, clock=ModelClock(2000), create=False):
         assert fingerprint(v1) == before  # opening writes nothing, not even a -lock file
     assert fingerprint(v1) == before
-    assert header_version(v1) == 3
+    assert header_version(v1) == 4
 
 
 def test_ledger_install_on_a_migrated_file_keeps_the_v1_effects(v1: Path) -> None:
@@ -194,8 +196,8 @@ def test_a_version_2_file_migrates_to_version_3_and_no_row_changes_meaning(tmp_p
     old = f"{MESSAGE_COLUMNS}, last_detail"
     before = select(path, f"SELECT {old} FROM messages ORDER BY event_id")
     with Store(path, clock=ModelClock(1200)) as store:
-        assert header_version(path) == 3
-        assert columns(path, "messages") == [*old.split(", "), *V3_COLUMNS]
+        assert header_version(path) == 4
+        assert columns(path, "messages") == [*old.split(", "), *V3_COLUMNS, "queue"]
         assert select(path, f"SELECT {old} FROM messages ORDER BY event_id") == before  # the same values
         assert select(path, UNKNOWN_TIMES) == [(len(before),)]  # no time guessed, no expiry invented
         metrics = store.metrics()
@@ -252,7 +254,7 @@ def test_a_migration_that_fails_part_way_leaves_the_file_byte_identical(v1: Path
     with closing(v1_connect(v1)) as conn:
         conn.execute("DROP INDEX receipts")
     Store(v1, clock=ModelClock(1000)).close()
-    assert header_version(v1) == 3 and "last_detail" in columns(v1, "messages")
+    assert header_version(v1) == 4 and "last_detail" in columns(v1, "messages")
 
 
 def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
@@ -282,7 +284,7 @@ def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
     assert not wal.exists() or wal.stat().st_size == 0
     assert header_version(v1) == 1
     Store(v1, clock=ModelClock(1000)).close()  # with a writable connection, the same file migrates
-    assert header_version(v1) == 3
+    assert header_version(v1) == 4
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="mode bits do not stop root")
@@ -352,3 +354,65 @@ def test_prepare_checks_the_version_again_under_the_write_lock(tmp_path: Path) -
     finally:
         conn.close()
     assert fingerprint(path) == before
+
+
+# ------------------------------------------------------- version 4: named queues
+
+def make_v3(path: Path) -> Path:
+    """A version-3 file: the v2 file moved forward by migration 3 alone."""
+    make_v2(path)
+    with closing(v1_connect(path)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in sqlite_engine.sql_statements(sqlite_engine.MIGRATIONS[3]):
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 3")
+        conn.execute("COMMIT")
+    return path
+
+
+def test_a_version_3_file_moves_to_named_queues_keeping_every_row(tmp_path: Path) -> None:
+    path = make_v3(tmp_path / "v3.sqlite3")
+    every = "SELECT * FROM messages ORDER BY event_id"
+    before, effects = select(path, every), select(path, "SELECT * FROM effects ORDER BY event_id")
+    assert header_version(path) == 3 and before and effects
+    with Store(path, clock=ModelClock(1200)) as store:
+        assert header_version(path) == 4
+        # every row as it was, in the default queue, which keeps the teaching rule
+        assert select(path, every) == [(*row, "default") for row in before]
+        assert select(path, "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id") == effects
+        assert select(path, "SELECT queue FROM effects GROUP BY queue") == [("default",)]
+        keys = select(path, "SELECT \"from\", \"to\" FROM pragma_foreign_key_list('effects') ORDER BY seq")
+        assert keys == [("queue", "queue"), ("event_id", "event_id")]
+        assert select(path, "PRAGMA integrity_check") == [("ok",)]
+        assert select(path, "PRAGMA foreign_key_check") == []
+        assert store.queue_settings("default") == store.settings
+        # the migrated file works: a second queue beside the first, and the ledger in both
+        store.create_queue("orders", id_pattern=r"o-[0-9]+")
+        with Store(path, clock=ModelClock(1200), queue="orders") as orders:
+            orders.send("o-1", {"category": "book", "amount_cents": 5})
+            assert orders.complete(orders.claim(), Handler()).outcome is Outcome.DONE
+        assert ("o-1", "book", 5) in ledger.effects(store)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:  # the teaching rule holds against raw SQL
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            conn.execute("INSERT INTO messages (event_id, payload, available_at) VALUES ('order-1', '{}', 0)")
+        conn.execute("PRAGMA foreign_keys = ON")
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute("INSERT INTO messages (event_id, payload, available_at, queue) "
+                         "VALUES ('x', '{}', 0, 'nowhere')")
+
+
+def test_a_table_of_yours_keyed_on_the_old_id_stops_the_migration_untouched(tmp_path: Path) -> None:
+    path = make_v3(tmp_path / "v3.sqlite3")
+    with closing(v1_connect(path)) as conn:
+        conn.execute("CREATE TABLE orders (event_id TEXT PRIMARY KEY REFERENCES messages (event_id))")
+    before = fingerprint(path)
+    with pytest.raises(WrongPath) as blocked:
+        Store(path, clock=ModelClock(1000))
+    assert blocked.value.code == "migration_blocked"
+    assert "orders" in blocked.value.message and "(queue, event_id)" in blocked.value.message
+    assert fingerprint(path)[:2] == before[:2] and header_version(path) == 3
+    # moved by its owner as the message says, the file migrates
+    with closing(v1_connect(path)) as conn:
+        conn.execute("DROP TABLE orders")
+    Store(path, clock=ModelClock(1000)).close()
+    assert header_version(path) == 4

@@ -73,11 +73,12 @@ def test_an_empty_queue_has_no_ages_and_no_latency(store: Store) -> None:
     metrics = store.metrics()
     assert (metrics.oldest_ready_age, metrics.enqueue_to_done) == (None, Latency(0, None, None, None, 0))
     text = exposition(metrics)
-    assert 'queue_core_enqueue_to_done_seconds{quantile="0.5"} NaN' in text
-    assert "queue_core_oldest_ready_age_seconds 0" in text
+    assert 'queue_core_enqueue_to_done_seconds{queue="default",quantile="0.5"} NaN' in text
+    assert 'queue_core_oldest_ready_age_seconds{queue="default"} 0' in text
 
 
-SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"\\\n]*"\})? (NaN|-?[0-9]+(\.[0-9]+)?)$')
+# every sample names its queue, and may have one more label
+SAMPLE = re.compile(r'^[a-z_]+\{queue="[a-z][a-z0-9_-]*"(,[a-z_]+="[^"\\\n]*")?\} (NaN|-?[0-9]+(\.[0-9]+)?)$')
 
 
 def test_the_exposition_is_prometheus_text_format(store: Store, clock: ModelClock) -> None:
@@ -101,10 +102,11 @@ def test_the_exposition_is_prometheus_text_format(store: Store, clock: ModelCloc
         base = re.sub(r"_(sum|count)$", "", name)
         assert name in families or families.get(base) == "summary", row  # each sample after its TYPE
     assert families["queue_core_expired_leases_total"] == "counter"
-    assert 'queue_core_messages{state="done"} 1' in text and 'queue_core_messages{state="dead"} 1' in text
-    assert 'queue_core_dead_messages_by_attempts{attempts="1"} 1' in text
-    assert 'queue_core_enqueue_to_done_seconds{quantile="0.95"} 3' in text
-    assert "queue_core_enqueue_to_done_seconds_count 1" in text and "queue_core_enqueue_to_done_seconds_sum 3" in text
+    assert 'queue_core_messages{queue="default",state="done"} 1' in text and 'queue_core_messages{queue="default",state="dead"} 1' in text
+    assert 'queue_core_dead_messages_by_attempts{queue="default",attempts="1"} 1' in text
+    assert 'queue_core_enqueue_to_done_seconds{queue="default",quantile="0.95"} 3' in text
+    assert ('queue_core_enqueue_to_done_seconds_count{queue="default"} 1' in text
+            and 'queue_core_enqueue_to_done_seconds_sum{queue="default"} 3' in text)
 
 
 # ------------------------------------------------------------------ retention

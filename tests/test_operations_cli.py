@@ -50,14 +50,14 @@ def test_metrics_and_status_agree_after_a_real_run(target: str) -> None:
     ok(target, 1000, "enqueue", "-", input=batch(line("E0001"), line("E0002", "toy"), line("E0003")))
     ok(target, 1030, "work", "--max-messages", "2")  # E0001 done after 30 s; E0002 dead
     values = samples(ok(target, 1100, "metrics"))
-    assert values['queue_core_messages{state="ready"}'] == 1
-    assert values['queue_core_messages{state="done"}'] == 1
-    assert values['queue_core_messages{state="dead"}'] == 1
-    assert values["queue_core_oldest_ready_age_seconds"] == 100  # E0003, enqueued at 1000
-    assert values['queue_core_dead_messages_by_attempts{attempts="1"}'] == 1
-    assert values['queue_core_enqueue_to_done_seconds{quantile="0.5"}'] == 30
-    assert values["queue_core_enqueue_to_done_seconds_count"] == 1
-    assert values["queue_core_expired_leases_total"] == 0
+    assert values['queue_core_messages{queue="default",state="ready"}'] == 1
+    assert values['queue_core_messages{queue="default",state="done"}'] == 1
+    assert values['queue_core_messages{queue="default",state="dead"}'] == 1
+    assert values['queue_core_oldest_ready_age_seconds{queue="default"}'] == 100  # E0003, enqueued at 1000
+    assert values['queue_core_dead_messages_by_attempts{queue="default",attempts="1"}'] == 1
+    assert values['queue_core_enqueue_to_done_seconds{queue="default",quantile="0.5"}'] == 30
+    assert values['queue_core_enqueue_to_done_seconds_count{queue="default"}'] == 1
+    assert values['queue_core_expired_leases_total{queue="default"}'] == 0
 
 
 def test_prune_from_the_command_line_keeps_dedup(target: str) -> None:
@@ -69,7 +69,7 @@ def test_prune_from_the_command_line_keeps_dedup(target: str) -> None:
     assert json.loads(ok(target, 5000, "enqueue", "-", input=sent)) == {"accepted": 0, "duplicates": 1}
     refused = cli(target, 5000, "enqueue", "-", input=batch(line("E0001", amount_cents=251)))
     assert refused.returncode == 2 and "event_conflict" in refused.stderr and "Traceback" not in refused.stderr
-    assert samples(ok(target, 5000, "metrics"))["queue_core_pruned_messages"] == 1
+    assert samples(ok(target, 5000, "metrics"))['queue_core_pruned_messages{queue="default"}'] == 1
 
 
 @pytest.mark.parametrize("age", ["", "1.5h", "-1", "7w", "h", "99999999999999d"])

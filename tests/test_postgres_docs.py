@@ -357,14 +357,14 @@ def test_without_the_advisory_lock_a_concurrent_insert_fails_on_the_key(postgres
     Store(postgres_url, clock=ModelClock(1000)).close()  # the schema
     read = POSTGRESQL.enqueue_find
     insert = POSTGRESQL.enqueue_insert + POSTGRESQL.enqueue_insert_row
-    row = ("E0001", '{"amount_cents":10000,"category":"book"}', 1000, 1000)
+    row = ("E0001", '{"amount_cents":10000,"category":"book"}', 1000, 1000, "default")
     first = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
     second = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
     errors: list[StorageError] = []
     try:
         for conn in (first, second):
             conn.execute("BEGIN")
-            assert conn.execute(read, (["E0001"],)).fetchall() == []  # neither sees the other's row
+            assert conn.execute(read, ("default", ["E0001"])).fetchall() == []  # neither sees the other's row
         first.execute(insert, row)
         pid = second.execute("SELECT pg_backend_pid()").fetchone()[0]
 

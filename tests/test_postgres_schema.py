@@ -423,7 +423,7 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
     with queue.transaction():
         for row in VALID_ROWS:
             queue.execute(insert, row)
-        queue.execute("INSERT INTO effects VALUES ('E0005', 'pen', 2000)")
+        queue.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0005', 'pen', 2000)")
         queue.execute("INSERT INTO receipts VALUES ('north', 'op-2', '[1,\"x\"]', 'E0005')")  # any JSON
     stored = queue.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall()
     assert stored == VALID_ROWS

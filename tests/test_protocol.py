@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from queue_core.statements import SQLITE
+
 from queue_core import (
     DEFAULT_CATEGORIES,
     Effect,
@@ -85,11 +87,9 @@ def test_claim_reads_through_the_partial_index(store: Store, db: Path) -> None:
     store.enqueue(line("E0001"))
     conn = sqlite3.connect(db)
     try:
+        # the claim's own statement, in its queue
         plan = " ".join(row[3] for row in conn.execute(
-            """EXPLAIN QUERY PLAN SELECT event_id, attempts, generation FROM messages
-               WHERE state IN ('ready', 'leased') AND available_at <= 5
-                 AND (state = 'ready' OR lease_until <= 5)
-               ORDER BY available_at, event_id LIMIT 1"""))
+            "EXPLAIN QUERY PLAN " + SQLITE.claim_candidates, ("default", 5, 5, 1)))
     finally:
         conn.close()
     assert "messages_claimable" in plan
@@ -102,7 +102,7 @@ def test_claim_rejects_a_bad_lease_length(store: Store) -> None:
         with pytest.raises(ValueError, match="lease_seconds must be 1.."):
             store.claim(bad)
     # A value of the wrong type is a TypeError (it was a ValueError before issue 8).
-    for wrong in (True, 1.5, "2", None):
+    for wrong in (True, 1.5, "2"):  # None: the queue's own lease
         with pytest.raises(TypeError, match="lease_seconds must be an integer"):
             store.claim(wrong)  # type: ignore[arg-type]
     assert store.message("E0001").state == "ready"  # nothing was claimed
@@ -527,20 +527,27 @@ def tables(db: Path) -> dict[str, int]:
 
 def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock) -> None:
     queue = Store(db, clock=clock)
-    # Schema version 3: the queue's own tables are messages and receipts; the
-    # ledger's effects table is the reference application's, added by ledger.install.
-    assert tables(db) == {"messages": 1, "receipts": 1}
+    # Schema version 4: the queue's own tables are messages, receipts and queues;
+    # the ledger's effects table is the reference application's, added by ledger.install.
+    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1}
     ledger.install(queue)
     ledger.install(queue)  # idempotent
     with closing(sqlite3.connect(db)) as conn:
-        columns = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in ("messages", "effects")}
+        columns = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")]
+                   for t in ("messages", "effects", "queues")}
         fks = conn.execute("PRAGMA foreign_key_list(effects)").fetchall()
-    assert tables(db) == {"messages": 1, "receipts": 1, "effects": 1}
+    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "effects": 1}
+    # the queue is the last column: a row of version 3 reads as before
     assert columns["messages"] == ["event_id", "payload", "state", "attempts", "generation",
                                    "available_at", "lease_until", "last_error", "last_detail",
-                                   "enqueued_at", "done_at", "expired_leases", "payload_sha256"]
-    assert columns["effects"] == ["event_id", "category", "amount_cents"]
-    assert [(fk[2], fk[3], fk[4]) for fk in fks] == [("messages", "event_id", "event_id")]
+                                   "enqueued_at", "done_at", "expired_leases", "payload_sha256",
+                                   "queue"]
+    assert columns["queues"] == ["name", "id_pattern", "max_attempts", "lease_seconds",
+                                 "max_payload_bytes"]
+    assert columns["effects"] == ["queue", "event_id", "category", "amount_cents"]
+    # one key of two columns: an effect belongs to one message of one queue
+    assert sorted((fk[2], fk[3], fk[4]) for fk in fks) == [
+        ("messages", "event_id", "event_id"), ("messages", "queue", "queue")]
 
 
 def test_completing_with_the_ledger_needs_it_installed(db: Path, clock: ModelClock) -> None:

@@ -140,8 +140,9 @@ class Handler:
         """Write the effect of ``message`` through ``tx`` (the completion's)."""
         effect = self.effect(message.payload_object)
         tx.execute(
-            "INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
-            (message.event_id, effect.category, effect.amount_cents),
+            "INSERT INTO effects (event_id, category, amount_cents, queue) "
+            "VALUES (?, ?, ?, ?)",
+            (message.event_id, effect.category, effect.amount_cents, message.queue),
         )
 
 
@@ -181,18 +182,24 @@ def totals(store: Store) -> Totals:
     return store.read(totals_tx)
 
 
-def totals_tx(view: Tx) -> Totals:
-    """``totals`` inside the caller's transaction or snapshot."""
+def totals_tx(view: Tx, queue: str | None = None) -> Totals:
+    """``totals`` inside the caller's transaction or snapshot (of one queue if named)."""
     if not _installed(view):
         return Totals(0, 0, {})
+    # the queue is bound, never written into the statement's text
+    where, params = ("", ()) if queue is None else (" WHERE queue = ?", (queue,))
     # CAST: on PostgreSQL the sum of a BIGINT is a NUMERIC (a Decimal in Python).
     count, total = view.execute(
         "SELECT count(*), CAST(coalesce(sum(amount_cents), 0) AS BIGINT) FROM effects"
+        + where,
+        params,
     ).fetchone()
     by_category = dict(
         view.execute(
-            "SELECT category, CAST(sum(amount_cents) AS BIGINT) FROM effects "
-            "GROUP BY category ORDER BY category"
+            "SELECT category, CAST(sum(amount_cents) AS BIGINT) FROM effects"
+            + where
+            + " GROUP BY category ORDER BY category",
+            params,
         ).fetchall()
     )
     return Totals(count, total, by_category)
@@ -223,7 +230,9 @@ def effects_tx(view: Tx) -> list[tuple[str, str, int]]:
 def has_effect(tx: Tx, event_id: str) -> bool:
     """Whether the ledger holds the effect of ``event_id`` (a receipt points to it)."""
     return (
-        tx.execute("SELECT 1 FROM effects WHERE event_id = ?", (event_id,)).fetchone()
+        tx.execute(
+            "SELECT 1 FROM effects WHERE queue = ? AND event_id = ?", (tx.queue, event_id)
+        ).fetchone()
         is not None
     )
 

@@ -2,7 +2,7 @@
 -- application's effect, one row per paid event. It belongs to the
 -- application, not to the queue: the queue's migrations never mention it. The
 -- foreign key ties an effect to the message that made it; the primary key
--- makes a second effect for one event unstorable.
+-- makes a second effect for one event (of one queue) unstorable.
 --
 -- Run it in one transaction once the queue exists (Store(url) creates it):
 -- the advisory lock the queue's migrations run under makes concurrent
@@ -11,10 +11,13 @@
 SELECT pg_advisory_xact_lock(1363373938);
 
 CREATE TABLE IF NOT EXISTS effects (
-    event_id     TEXT COLLATE "C" PRIMARY KEY
-                 CONSTRAINT effects_event_id_fkey REFERENCES messages (event_id),
+    event_id     TEXT COLLATE "C" NOT NULL,
     category     TEXT   NOT NULL
                  CONSTRAINT effects_category_nonempty CHECK (length(category) > 0),
     amount_cents BIGINT NOT NULL
-                 CONSTRAINT effects_amount_positive CHECK (amount_cents > 0)
+                 CONSTRAINT effects_amount_positive CHECK (amount_cents > 0),
+    queue        TEXT COLLATE "C" NOT NULL DEFAULT 'default',
+    PRIMARY KEY (queue, event_id),
+    CONSTRAINT effects_event_id_fkey FOREIGN KEY (queue, event_id)
+        REFERENCES messages (queue, event_id)
 );

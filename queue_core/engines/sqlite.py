@@ -230,6 +230,10 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     after N. The version is read again under the write lock, since another
     process may have created or migrated the file meanwhile.
     """
+    # Migration 4 rebuilds tables that others reference: SQLite's procedure for
+    # that runs with foreign keys off (a pragma that cannot change inside a
+    # transaction) and checks every key before COMMIT.
+    conn.execute("PRAGMA foreign_keys = OFF")
     try:
         conn.execute("BEGIN IMMEDIATE")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -239,10 +243,21 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
                 f"this queue_core knows up to {SCHEMA_VERSION}",
                 code="schema_too_new",
             )
+        ledger = 0 < version < 4 and _keyed_by_event_id(conn, path)
         for target, text in MIGRATIONS.items():
             if target > version:
                 for statement in sql_statements(text):
                     conn.execute(statement)
+        if ledger:
+            for statement in sql_statements(LEDGER_V4):
+                conn.execute(statement)
+        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise StorageError(
+                f"{path}: a migration left {len(broken)} rows without their "
+                f"referenced row (first: table {broken[0][0]}); nothing was changed",
+                code="corrupt",
+            )
         if version == 0:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -255,6 +270,60 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
         if isinstance(exc, sqlite3.Error):
             raise storage_error(exc, path) from exc
         raise
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _keyed_by_event_id(conn: sqlite3.Connection, path: Path) -> bool:
+    """Whether the reference ledger's ``effects`` must move to (queue, event_id).
+
+    Version 4 keys a message by (queue, event_id): a table that references
+    messages (event_id) alone would no longer find a unique key there. The
+    ledger's own table moves with the migration; any other is refused by name,
+    with nothing changed, for its owner to move.
+    """
+    children = [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        ).fetchall()
+        if any(
+            key[2] == "messages"
+            for key in conn.execute(
+                "SELECT * FROM pragma_foreign_key_list(?)", (name,)
+            ).fetchall()
+        )
+    ]
+    others = [name for name in children if name != "effects"]
+    if others:
+        raise WrongPath(
+            f"{path}: table {others[0]} references messages; schema version 4 "
+            "keys a message by (queue, event_id): give the table a column "
+            "queue TEXT NOT NULL DEFAULT 'default' and reference "
+            "messages (queue, event_id), or drop the reference, then open the "
+            "queue again (nothing was changed)",
+            code="migration_blocked",
+        )
+    return bool(children)
+
+
+# The reference ledger's effects at version 4 (queue_core/app/ledger.sql).
+LEDGER_V4: Final = """
+CREATE TABLE effects_v4 (
+    -- first: SQLite 3.40's integrity_check misreads a WITHOUT ROWID table
+    -- whose key columns come after others
+    queue        TEXT    NOT NULL DEFAULT 'default',
+    event_id     TEXT    NOT NULL,
+    category     TEXT    NOT NULL CHECK (length(category) > 0),
+    amount_cents INTEGER NOT NULL CHECK (amount_cents > 0),
+    PRIMARY KEY (queue, event_id),
+    FOREIGN KEY (queue, event_id) REFERENCES messages (queue, event_id)
+) STRICT, WITHOUT ROWID;
+INSERT INTO effects_v4 (event_id, category, amount_cents, queue)
+SELECT event_id, category, amount_cents, 'default' FROM effects;
+DROP TABLE effects;
+ALTER TABLE effects_v4 RENAME TO effects;
+"""
 
 
 def table_exists(conn: Connection, name: str) -> bool:

@@ -1,0 +1,155 @@
+"""Named queues: a queue's name, and the settings it keeps in the database.
+
+One database holds any number of queues; each message belongs to one, and an
+event id is unique within its queue. A queue's settings are stored with it
+(table ``queues``) and read when a store opens it, so every process agrees on
+them. The queue ``default`` exists in every database, with the teaching
+settings the chapters use: ids ``E`` and four digits, 3 claims, a 30 s lease,
+payloads up to 10,000 bytes.
+
+Names and patterns are checked here, before any SQL runs; a name is always a
+bound value, never part of a statement's text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from .errors import InvalidQueue
+
+DEFAULT_QUEUE: Final = "default"
+# lowercase letters, digits, "_" and "-"; a letter first; 1 to 63 characters
+QUEUE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+MAX_EVENT_ID_CHARS: Final = 200
+MAX_PATTERN_CHARS: Final = 1_000
+# the bounds the schema's CHECKs hold too
+SETTING_BOUNDS: Final = {
+    "max_attempts": (1, 1_000),
+    "lease_seconds": (1, 365 * 86_400),
+    "max_payload_bytes": (1, 1_000_000),
+}
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """One queue and the rules its messages live by."""
+
+    name: str
+    # a Python regular expression an event id must match in full
+    id_pattern: str
+    max_attempts: int  # claims per cycle before dead
+    lease_seconds: int  # a claim's lease when the caller names none
+    max_payload_bytes: int  # the canonical payload's limit, in UTF-8 bytes
+    id_rule: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id_rule", compile_id_pattern(self.id_pattern))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "id_pattern": self.id_pattern,
+            "max_attempts": self.max_attempts,
+            "lease_seconds": self.lease_seconds,
+            "max_payload_bytes": self.max_payload_bytes,
+        }
+
+    def refuses(self, event_id: str) -> str | None:
+        """Why ``event_id`` breaks this queue's id rule, or None if it keeps it."""
+        if len(event_id) > MAX_EVENT_ID_CHARS:
+            return (
+                f"event_id has {len(event_id)} characters; the limit is "
+                f"{MAX_EVENT_ID_CHARS}"
+            )
+        return None if self.id_rule.fullmatch(event_id) else self.id_sentence
+
+    @property
+    def id_sentence(self) -> str:
+        """The id rule, as an error says it."""
+        if self.name == DEFAULT_QUEUE and self.id_pattern == TEACHING_ID_PATTERN:
+            return (
+                "event_id must be 'E' and four digits (the default queue's rule "
+                f"{self.id_pattern}; for ids of your own, create a queue: "
+                "queue-core create NAME --id-pattern REGEX)"
+            )
+        return (
+            f"event_id must be a string matching the id rule of queue {self.name}, "
+            f"{self.id_pattern}"
+        )
+
+
+# "\d" would take Unicode digits: [0-9] takes only ASCII ones
+TEACHING_ID_PATTERN: Final = "E[0-9]{4}"
+
+
+def check_queue_name(name: object) -> str:
+    """``name`` if it is a usable queue name; else ``InvalidQueue`` naming it."""
+    if not isinstance(name, str):
+        raise InvalidQueue(
+            f"a queue name is a string, got {type(name).__name__}",
+            code="invalid_queue_name",
+        )
+    if not QUEUE_NAME.fullmatch(name):
+        shown = name if len(name) <= 70 else f"{name[:60]}... ({len(name)} characters)"
+        raise InvalidQueue(
+            f"invalid queue name {shown!r}: 1 to 63 lowercase letters, digits, "
+            "'_' or '-', starting with a letter",
+            code="invalid_queue_name",
+        )
+    return name
+
+
+def compile_id_pattern(pattern: object) -> re.Pattern[str]:
+    """The compiled id rule; ``InvalidQueue`` if it cannot be one."""
+    if not isinstance(pattern, str) or not 1 <= len(pattern) <= MAX_PATTERN_CHARS:
+        raise InvalidQueue(
+            f"an id pattern is a regular expression of 1 to {MAX_PATTERN_CHARS} "
+            f"characters, got {pattern!r:.80}",
+            code="invalid_id_pattern",
+        )
+    try:
+        rule = re.compile(pattern)
+    except re.error as exc:
+        raise InvalidQueue(
+            f"the id pattern {pattern!r} is not a regular expression: {exc}",
+            code="invalid_id_pattern",
+        ) from None
+    if rule.fullmatch(""):
+        raise InvalidQueue(
+            f"the id pattern {pattern!r} matches the empty string; an id "
+            "must never be empty",
+            code="invalid_id_pattern",
+        )
+    return rule
+
+
+def settings(
+    name: str,
+    *,
+    id_pattern: str,
+    max_attempts: int,
+    lease_seconds: int,
+    max_payload_bytes: int,
+) -> QueueSettings:
+    """Validated settings for queue ``name`` (``InvalidQueue`` names what is wrong)."""
+    check_queue_name(name)
+    numbers = {
+        "max_attempts": max_attempts,
+        "lease_seconds": lease_seconds,
+        "max_payload_bytes": max_payload_bytes,
+    }
+    for key, value in numbers.items():
+        low, high = SETTING_BOUNDS[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidQueue(
+                f"{key} must be a whole number {low}..{high:,}, got {value!r}",
+                code="invalid_setting",
+            )
+    return QueueSettings(
+        name, id_pattern, max_attempts, lease_seconds, max_payload_bytes
+    )
+
+
+DEFAULT_SETTINGS: Final = QueueSettings(DEFAULT_QUEUE, TEACHING_ID_PATTERN, 3, 30, 10_000)
