@@ -417,28 +417,61 @@ def test_a_connection_the_server_ends_before_commit_is_a_storage_error_and_a_ret
 V3_COLUMNS = ("enqueued_at", "done_at", "expired_leases", "payload_sha256")
 
 
-def test_a_version_2_database_moves_to_version_3_and_no_row_changes_meaning(url: str, clock: ModelClock) -> None:
+def make_v3(url: str) -> None:
+    """A version-3 database as queue_core 3 left it: migrations 2 and 3, and the ledger of then."""
     import psycopg
 
-    with Store(url, clock=clock) as store:
-        ledger.install(store)
-        store.enqueue(line("E0001") + line("E0002", "toy") + line("E0003"))
-        work(store, Handler(), max_messages=2)
-    with psycopg.connect(url, autocommit=True) as conn:  # as version 2 of queue_core left it
-        for column in V3_COLUMNS:
-            conn.execute(f"ALTER TABLE messages DROP COLUMN {column}")
-        conn.execute("UPDATE queue_core_schema SET version = 2")
-        old = "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, last_detail"
-        before = conn.execute(f"SELECT {old} FROM messages ORDER BY event_id").fetchall()
+    from queue_core.engines.postgres import MIGRATIONS
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        for version in (2, 3):
+            conn.execute(MIGRATIONS[version])
+        conn.execute("INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, 3)")
+        conn.execute("""CREATE TABLE effects (
+            event_id TEXT COLLATE "C" PRIMARY KEY
+                     CONSTRAINT effects_event_id_fkey REFERENCES messages (event_id),
+            category TEXT NOT NULL, amount_cents BIGINT NOT NULL)""")
+        conn.execute("INSERT INTO messages (event_id, payload, state, attempts, generation, available_at, "
+                     "enqueued_at, done_at) VALUES ('E0001', '{}', 'done', 1, 1, 1000, 1000, 1001), "
+                     "('E0002', '{}', 'ready', 0, 0, 1000, 1000, NULL)")
+        conn.execute("INSERT INTO effects VALUES ('E0001', 'book', 100)")
+        conn.execute("COMMIT")
+
+
+def test_a_version_3_database_moves_to_named_queues_keeping_every_row(url: str, clock: ModelClock) -> None:
+    import psycopg
+
+    make_v3(url)
+    every = "SELECT event_id, payload, state, attempts, generation, available_at FROM messages ORDER BY 1"
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = conn.execute(every).fetchall()
     with Store(url, clock=clock, create=False) as store:
-        metrics = store.metrics()
-        assert dict(metrics.messages) == {"ready": 1, "leased": 0, "done": 1, "dead": 1}
-        assert (metrics.oldest_ready_age, metrics.enqueue_to_done.count) == (None, 0)  # times unknown: left out
+        assert store.status().to_dict()["messages"] == {"ready": 1, "leased": 0, "done": 1, "dead": 0}
+        assert ledger.effects(store) == [("E0001", "book", 100)]
+        store.create_queue("orders", id_pattern=r"o-[0-9]+")
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (4,)
+        assert conn.execute(every).fetchall() == before
+        assert conn.execute("SELECT DISTINCT queue FROM messages").fetchall() == [("default",)]
+        keys = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                            "WHERE conname = 'effects_event_id_fkey'").fetchall()
+        assert keys == [("FOREIGN KEY (queue, event_id) REFERENCES messages(queue, event_id)",)]
+
+
+def test_a_table_of_yours_keyed_on_the_old_id_stops_the_migration(url: str, clock: ModelClock) -> None:
+    import psycopg
+
+    make_v3(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (event_id TEXT COLLATE \"C\" REFERENCES messages (event_id))")
+    with pytest.raises(StorageError) as blocked:
+        Store(url, clock=clock)
+    assert blocked.value.code == "migration_blocked" and "orders" in blocked.value.message
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (3,)
-        assert conn.execute(f"SELECT {old} FROM messages ORDER BY event_id").fetchall() == before
-        assert conn.execute("SELECT count(*) FROM messages WHERE enqueued_at IS NULL AND done_at IS NULL"
-                            " AND expired_leases = 0 AND payload_sha256 IS NULL").fetchone() == (3,)
+        assert conn.execute("SELECT count(*) FROM information_schema.tables "
+                            "WHERE table_name = 'queues'").fetchone() == (0,)
 
 
 def test_a_newer_schema_version_is_refused_and_nothing_is_changed(url: str, clock: ModelClock) -> None:
@@ -446,13 +479,13 @@ def test_a_newer_schema_version_is_refused_and_nothing_is_changed(url: str, cloc
 
     Store(url, clock=clock).close()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE queue_core_schema SET version = 4")
+        conn.execute("UPDATE queue_core_schema SET version = 5")
         conn.execute("ALTER TABLE messages DROP COLUMN payload_sha256")  # a change this version would undo
     with pytest.raises(StorageError) as refused:
         Store(url, clock=clock)
-    assert refused.value.code == "schema_too_new" and "schema version 4" in str(refused.value)
+    assert refused.value.code == "schema_too_new" and "schema version 5" in str(refused.value)
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (4,)
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (5,)
         assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'messages'"
                             " AND column_name = 'payload_sha256'").fetchone() == (0,)
 

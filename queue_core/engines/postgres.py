@@ -30,6 +30,19 @@ from ..statements import POSTGRESQL, Statements
 from . import APPLICATION_ID, Connection, migrations
 
 MIGRATIONS: Final = migrations("postgres_migrations")
+# The reference ledger's effects moved to version 4 (queue_core/app/ledger_postgres.sql):
+# before migration 4 its key leaves the old message key free, after it the
+# foreign key names the new one.
+LEDGER_V4_BEFORE: Final = """
+ALTER TABLE effects DROP CONSTRAINT effects_event_id_fkey;
+ALTER TABLE effects ADD COLUMN queue TEXT COLLATE "C" NOT NULL DEFAULT 'default';
+ALTER TABLE effects DROP CONSTRAINT effects_pkey;
+ALTER TABLE effects ADD CONSTRAINT effects_pkey PRIMARY KEY (queue, event_id);
+"""
+LEDGER_V4_AFTER: Final = """
+ALTER TABLE effects ADD CONSTRAINT effects_event_id_fkey FOREIGN KEY (queue, event_id)
+    REFERENCES messages (queue, event_id);
+"""
 SCHEMA_VERSION: Final = max(MIGRATIONS)
 
 # ``?`` outside quoted strings, in a caller's SQL (the store's own statements
@@ -250,9 +263,14 @@ class PostgresEngine:
                     "use another database or schema",
                     code="not_a_queue_database",
                 )
+            ledger = 0 < found < 4 and self._keyed_by_event_id(conn)
+            if ledger:
+                self.run_script(conn, LEDGER_V4_BEFORE)
             for target, text in MIGRATIONS.items():
                 if target > found:
                     self.run_script(conn, text)
+            if ledger:
+                self.run_script(conn, LEDGER_V4_AFTER)
             conn.execute(
                 "INSERT INTO queue_core_schema (application_id, version) "
                 "VALUES (%s, %s) ON CONFLICT (singleton) "
@@ -264,6 +282,30 @@ class PostgresEngine:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _keyed_by_event_id(self, conn: Connection) -> bool:
+        """Whether the reference ledger's ``effects`` must move to (queue, event_id).
+
+        Version 4 keys a message by (queue, event_id), and the old key cannot
+        go while a foreign key depends on it. The ledger's own key moves with
+        the migration; any other table is refused by name, nothing changed.
+        """
+        children = conn.execute(
+            "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+            "WHERE contype = 'f' AND confrelid = 'messages'::regclass"
+        ).fetchall()
+        others = [table for table, name in children
+                  if (table, name) != ("effects", "effects_event_id_fkey")]
+        if others:
+            raise WrongPath(
+                f"{self.where}: table {others[0]} references messages; schema "
+                "version 4 keys a message by (queue, event_id): give the table a "
+                "column queue TEXT NOT NULL DEFAULT 'default' and reference "
+                "messages (queue, event_id), or drop the reference, then open the "
+                "queue again (nothing was changed)",
+                code="migration_blocked",
+            )
+        return bool(children)
 
     def connect(self) -> PostgresConnection:
         return PostgresConnection(self.url, busy_timeout_ms=self.busy_timeout_ms)
