@@ -414,27 +414,25 @@ def test_a_connection_the_server_ends_before_commit_is_a_storage_error_and_a_ret
 
 # ------------------------------------------------------------------ schema versions
 
-V3_COLUMNS = ("enqueued_at", "done_at", "expired_leases", "payload_sha256")
 
-
-def make_v3(url: str) -> None:
-    """A version-3 database as queue_core 3 left it: migrations 2 and 3, and the ledger of then."""
+def make_v3(url: str, version: int = 3) -> None:
+    """A database as queue_core ``version`` (2 or 3) left it: its migrations, and the ledger of then."""
     import psycopg
 
     from queue_core.engines.postgres import MIGRATIONS
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("BEGIN")
-        for version in (2, 3):
-            conn.execute(MIGRATIONS[version])
-        conn.execute("INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, 3)")
+        for step in range(2, version + 1):
+            conn.execute(MIGRATIONS[step])
+        conn.execute("INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, %s)",
+                     (version,))
         conn.execute("""CREATE TABLE effects (
             event_id TEXT COLLATE "C" PRIMARY KEY
                      CONSTRAINT effects_event_id_fkey REFERENCES messages (event_id),
             category TEXT NOT NULL, amount_cents BIGINT NOT NULL)""")
-        conn.execute("INSERT INTO messages (event_id, payload, state, attempts, generation, available_at, "
-                     "enqueued_at, done_at) VALUES ('E0001', '{}', 'done', 1, 1, 1000, 1000, 1001), "
-                     "('E0002', '{}', 'ready', 0, 0, 1000, 1000, NULL)")
+        conn.execute("INSERT INTO messages (event_id, payload, state, attempts, generation, available_at) "
+                     "VALUES ('E0001', '{}', 'done', 1, 1, 1000), ('E0002', '{}', 'ready', 0, 0, 1000)")
         conn.execute("INSERT INTO effects VALUES ('E0001', 'book', 100)")
         conn.execute("COMMIT")
 
@@ -457,6 +455,25 @@ def test_a_version_3_database_moves_to_named_queues_keeping_every_row(url: str, 
         keys = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
                             "WHERE conname = 'effects_event_id_fkey'").fetchall()
         assert keys == [("FOREIGN KEY (queue, event_id) REFERENCES messages(queue, event_id)",)]
+
+
+def test_a_version_2_database_moves_to_version_4_and_no_row_changes_meaning(url: str, clock: ModelClock) -> None:
+    import psycopg
+
+    make_v3(url, version=2)
+    old = "event_id, payload, state, attempts, generation, available_at, lease_until, last_error, last_detail"
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = conn.execute(f"SELECT {old} FROM messages ORDER BY event_id").fetchall()
+    with Store(url, clock=clock, create=False) as store:
+        metrics = store.metrics()
+        assert dict(metrics.messages) == {"ready": 1, "leased": 0, "done": 1, "dead": 0}
+        assert (metrics.oldest_ready_age, metrics.enqueue_to_done.count) == (None, 0)  # times unknown: left out
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (4,)
+        assert conn.execute(f"SELECT {old} FROM messages ORDER BY event_id").fetchall() == before
+        assert conn.execute("SELECT count(*) FROM messages WHERE enqueued_at IS NULL AND done_at IS NULL"
+                            " AND expired_leases = 0 AND payload_sha256 IS NULL AND queue = 'default'"
+                            ).fetchone() == (2,)
 
 
 def test_a_table_of_yours_keyed_on_the_old_id_stops_the_migration(url: str, clock: ModelClock) -> None:

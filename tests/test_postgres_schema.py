@@ -127,7 +127,7 @@ def test_a_queue_opened_again_and_the_ledger_applied_again_change_nothing(postgr
     apply(pg_conn, LEDGER, split=True)  # again, statement by statement (sqlite_engine.sql_statements)
     apply(pg_conn, LEDGER)
     assert catalog(pg_conn) == first
-    assert {row[0] for row in first["columns"]} == {"messages", "receipts", "effects", "queue_core_schema"}
+    assert {row[0] for row in first["columns"]} == {"messages", "receipts", "effects", "queues", "queue_core_schema"}
     assert pg_conn.execute("SELECT count(*) FROM queue_core_schema").fetchone()[0] == 1
 
 
@@ -135,7 +135,7 @@ def test_the_queue_schema_alone_has_no_ledger(postgres_dsn: str, pg_conn: Any) -
     # As on SQLite: the effects table is the reference application's, installed separately.
     create_queue(postgres_dsn)
     tables = {r[0] for r in pg_conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-    assert tables == {"messages", "receipts", "queue_core_schema"}
+    assert tables == {"messages", "receipts", "queues", "queue_core_schema"}
 
 
 def test_the_schema_version_row_says_the_package_s_version(postgres_dsn: str, pg_conn: Any) -> None:
@@ -257,6 +257,7 @@ SETUP = (
     " VALUES ('E0001', '{\"amount_cents\":100,\"category\":\"book\"}', 'done', 1, 1, 1000)",
     "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'book', 100)",
     "INSERT INTO receipts (tenant, operation, payload, effect) VALUES ('north', 'op-1', '{\"cents\":500}', 'E0001')",
+    "INSERT INTO queues VALUES ('other', '.+', 3, 30, 10000)",  # a queue of your own ids (version 4)
 )
 
 MSG = "INSERT INTO messages (event_id, payload, state, available_at"
@@ -346,6 +347,22 @@ IMPOSSIBLE = [
      "messages_pruned_payload"),  # a pruned payload is gone: '{}'
     ("UPDATE messages SET payload = '{}', payload_sha256 = 'abc' WHERE event_id = 'E0001'", "CheckViolation",
      "messages_pruned_payload"),  # a SHA-256 in hex has 64 characters
+    # Version 4: named queues, each with its settings; a message belongs to one.
+    ("INSERT INTO queues VALUES ('Other', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
+    ("INSERT INTO queues VALUES ('o;x', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
+    ("INSERT INTO queues VALUES (repeat('o', 64), '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
+    ("INSERT INTO queues VALUES ('q', '', 3, 30, 10000)", "CheckViolation", "queues_id_pattern_length"),
+    ("INSERT INTO queues VALUES ('q', '.+', 0, 30, 10000)", "CheckViolation", "queues_max_attempts_range"),
+    ("INSERT INTO queues VALUES ('q', '.+', 3, 0, 10000)", "CheckViolation", "queues_lease_seconds_range"),
+    ("INSERT INTO queues VALUES ('q', '.+', 3, 30, 1000001)", "CheckViolation",
+     "queues_max_payload_bytes_range"),
+    ("INSERT INTO queues VALUES ('other', 'x', 3, 30, 10000)", "UniqueViolation", "queues_pkey"),
+    (f"{MSG}, queue) VALUES ('job-1', '{{}}', 'ready', 0, 'nowhere')", "ForeignKeyViolation",
+     "messages_queue_fkey"),
+    (f"{MSG}, queue) VALUES ('', '{{}}', 'ready', 0, 'other')", "CheckViolation", "messages_event_id_length"),
+    (f"{MSG}, queue) VALUES (repeat('j', 201), '{{}}', 'ready', 0, 'other')", "CheckViolation",
+     "messages_event_id_length"),
+    (f"{MSG}) VALUES ('job-1', '{{}}', 'ready', 0)", "CheckViolation", "messages_event_id_format"),  # default's rule
 ]
 
 
@@ -395,8 +412,11 @@ def test_every_check_of_the_schema_is_exercised(queue: Any) -> None:
         "SELECT conname FROM pg_constraint WHERE connamespace = 'public'::regnamespace AND contype IN ('c', 'f', 'p', 'u')"
         " AND conrelid::regclass::text <> 'queue_core_schema'")}
     assert named == {constraint for _, _, constraint in IMPOSSIBLE if constraint}
-    # ... and every CHECK of the SQLite files has its counterpart (counted per file, table-level ones too).
-    sqlite_checks = sum(text.count("CHECK (") for text in SQLITE_SCRIPTS)
+    # ... and every CHECK of the SQLite schema has its counterpart (counted in the tables as
+    # they stand after every migration, table-level ones too).
+    with closing(sqlite_queue()) as lite:
+        sqlite_checks = sum(sql.count("CHECK (") for (sql,) in lite.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table'"))
     pg_checks = queue.execute(
         "SELECT count(*) FROM pg_constraint WHERE contype = 'c' AND connamespace = 'public'::regnamespace"
         " AND conrelid::regclass::text <> 'queue_core_schema'").fetchone()[0]
@@ -426,7 +446,7 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
         queue.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0005', 'pen', 2000)")
         queue.execute("INSERT INTO receipts VALUES ('north', 'op-2', '[1,\"x\"]', 'E0005')")  # any JSON
     stored = queue.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall()
-    assert stored == VALID_ROWS
+    assert stored == [(*row, "default") for row in VALID_ROWS]  # version 4: the queue, last
     assert {r[0] for r in queue.execute("SELECT DISTINCT state FROM messages")} == {"ready", "leased", "done", "dead"}
     # SQLite accepts the same rows.
     with closing(sqlite_queue()) as lite:
@@ -434,7 +454,7 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
             lite.execute(statement)
         lite.executemany(insert.replace("%s", "?"), VALID_ROWS)
         assert lite.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall() \
-            == VALID_ROWS
+            == [(*row, "default") for row in VALID_ROWS]
 
 
 def test_the_payload_text_is_stored_byte_for_byte(queue: Any) -> None:
@@ -481,7 +501,7 @@ def test_postgres_differs_where_it_converts_on_assignment(queue: Any) -> None:
 def test_the_tables_have_the_sqlite_schema_s_columns_in_its_order(queue: Any) -> None:
     types = {"INTEGER": "bigint", "TEXT": "text"}
     with closing(sqlite_queue()) as lite:
-        for table in ("messages", "receipts", "effects"):
+        for table in ("messages", "receipts", "effects", "queues"):
             expected = [(name, types[kind], "NO" if notnull or pk else "YES")
                         for _, name, kind, notnull, _, pk in lite.execute(f"PRAGMA table_info({table})")]
             got = queue.execute("SELECT column_name, data_type, is_nullable FROM information_schema.columns"
@@ -495,12 +515,13 @@ def test_the_tables_have_the_sqlite_schema_s_columns_in_its_order(queue: Any) ->
             assert pg_key == lite_key, table
     defaults = dict(queue.execute("SELECT column_name, column_default FROM information_schema.columns"
                                   " WHERE table_name = 'messages' AND column_default IS NOT NULL").fetchall())
-    assert defaults == {"state": "'ready'::text", "attempts": "0", "generation": "0", "expired_leases": "0"}
+    assert defaults == {"state": "'ready'::text", "attempts": "0", "generation": "0", "expired_leases": "0",
+                        "queue": "'default'::text"}
 
 
 def test_the_claim_index_is_partial_and_serves_the_claim_order(queue: Any) -> None:
     (definition,) = queue.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'messages_claimable'").fetchone()
-    assert definition == ("CREATE INDEX messages_claimable ON public.messages USING btree (available_at, event_id)"
+    assert definition == ("CREATE INDEX messages_claimable ON public.messages USING btree (queue, available_at, event_id)"
                           " WHERE (state = ANY (ARRAY['ready'::text, 'leased'::text]))")
     with queue.transaction():
         queue.execute("INSERT INTO messages (event_id, payload, available_at)"
@@ -509,7 +530,8 @@ def test_the_claim_index_is_partial_and_serves_the_claim_order(queue: Any) -> No
         queue.execute("ANALYZE messages")
     # The claim's shape (FOR UPDATE SKIP LOCKED comes with the backend): read through the index.
     plan = "\n".join(r[0] for r in queue.execute(
-        "EXPLAIN SELECT event_id FROM messages WHERE state IN ('ready', 'leased') AND available_at <= 3"
+        "EXPLAIN SELECT event_id FROM messages WHERE queue = 'default' AND state IN ('ready', 'leased')"
+        " AND available_at <= 3"
         " ORDER BY available_at, event_id LIMIT 1"))
     assert "messages_claimable" in plan, plan
     first = queue.execute("SELECT event_id FROM messages WHERE state IN ('ready', 'leased')"

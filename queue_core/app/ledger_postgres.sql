@@ -11,12 +11,13 @@
 SELECT pg_advisory_xact_lock(1363373938);
 
 CREATE TABLE IF NOT EXISTS effects (
+    -- first, as on SQLite (a database of version 3 gets it last: ALTER TABLE)
+    queue        TEXT COLLATE "C" NOT NULL DEFAULT 'default',
     event_id     TEXT COLLATE "C" NOT NULL,
     category     TEXT   NOT NULL
                  CONSTRAINT effects_category_nonempty CHECK (length(category) > 0),
     amount_cents BIGINT NOT NULL
                  CONSTRAINT effects_amount_positive CHECK (amount_cents > 0),
-    queue        TEXT COLLATE "C" NOT NULL DEFAULT 'default',
     PRIMARY KEY (queue, event_id),
     CONSTRAINT effects_event_id_fkey FOREIGN KEY (queue, event_id)
         REFERENCES messages (queue, event_id)
