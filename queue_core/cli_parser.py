@@ -133,10 +133,12 @@ def _help_epilog() -> str:
         "A batch (for enqueue) is a JSONL file: one event per line, a JSON object "
         'with exactly the keys "event_id" and "payload", for example',
         "  " + EXAMPLE_LINE,
-        "event_id is E and four digits (E0001); payload is a JSON object. An id "
-        "already stored (or earlier in the batch) with the same payload is a "
-        "duplicate, stored once; with another payload it rejects the batch. One "
-        "bad line rejects the whole batch: nothing is written.",
+        "event_id is E and four digits (E0001) in the queue default; a queue "
+        "made with create takes ids by its own rule (--id-pattern), and --queue "
+        "NAME works on it. payload is a JSON object. An id already stored in the "
+        "queue (or earlier in the batch) with the same payload is a duplicate, "
+        "stored once; with another payload it rejects the batch. One bad line "
+        "rejects the whole batch: nothing is written.",
         f'The command line runs the reference handler, the ledger: "category" is '
         f"one of {categories} (work --category NAME adds one), "
         f'"amount_cents" an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} (true '

@@ -34,7 +34,8 @@ Measured, all on WAL with ``synchronous=FULL`` (the peers are set to FULL too):
   ``SqliteStorage`` dequeue (deletes on dequeue: at-most-once) and dequeue +
   ``put_data`` (a stored result). They are installed only for the benchmark.
 * ``claim`` cost over 10,000 and 1,000,000 done rows (the claim query and its
-  UPDATE, without the commit), enqueue of 1,000 lines, and a worker's memory
+  UPDATE, without the commit), and in one of 10 named queues of 100,000 ready
+  messages each against a lone such queue, enqueue of 1,000 lines, and a worker's memory
   over 100,000 messages (10 files of 10,000).
 """
 
@@ -65,6 +66,7 @@ NOW = 1000
 AMOUNT = 7  # cents per message: the money check is messages * AMOUNT
 BATCH_SIZES = (16, 64, 256)
 WORKER_COUNTS = (1, 2, 4, 8)
+QUEUES = 10  # the named queues of the claim-per-queue row, 100,000 ready messages each
 PG_BATCH = 64  # the batched path on PostgreSQL: messages per transaction
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -186,14 +188,16 @@ def measure_bare(folder: Path, messages: int) -> float:
         with timed() as seconds:
             while True:
                 row = conn.execute(claim, {"now": NOW, "until": NOW + 600, "lease_seconds": 600, "wanted": 1,
-                                           "max_attempts": 3, "lease_expired": "lease_expired"}).fetchone()
+                                           "max_attempts": 3, "lease_expired": "lease_expired",
+                                           "queue": "default"}).fetchone()
                 if row is None:
                     break
                 event_id, payload, generation = row[0], json.loads(row[1]), row[4]
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
                              (event_id, payload["category"], payload["amount_cents"]))
-                acked = conn.execute(ack, {"now": NOW, "event_id": event_id, "generation": generation}).rowcount
+                acked = conn.execute(ack, {"now": NOW, "event_id": event_id, "generation": generation,
+                                           "queue": "default"}).rowcount
                 if acked != 1:
                     raise SystemExit(f"bare: {event_id} was not acknowledged")
                 conn.execute("COMMIT")
@@ -368,7 +372,7 @@ class PostgresDatabases:
         fill_queue(url, messages)
         claim, ack = statements.POSTGRESQL.claim_messages, statements.POSTGRESQL.ack
         wanted = {"now": None, "until": None, "lease_seconds": 600, "wanted": 1,
-                  "max_attempts": 3, "lease_expired": "lease_expired"}
+                  "max_attempts": 3, "lease_expired": "lease_expired", "queue": "default"}
         with psycopg.connect(self.cluster.conninfo(url.split("/")[3].split("?")[0]), autocommit=True) as conn:
             with timed() as seconds:
                 while (row := conn.execute(claim, wanted).fetchone()) is not None:
@@ -377,7 +381,8 @@ class PostgresDatabases:
                         conn.execute("BEGIN")
                         conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (%s, %s, %s)",
                                      (event_id, payload["category"], payload["amount_cents"]))
-                    acked = conn.execute(ack, {"now": None, "event_id": event_id, "generation": generation})
+                    acked = conn.execute(ack, {"now": None, "event_id": event_id, "generation": generation,
+                                               "queue": "default"})
                     if acked.rowcount != 1:
                         raise SystemExit(f"postgresql bare: {event_id} was not acknowledged")
                     conn.execute("COMMIT")
@@ -552,6 +557,49 @@ def measure_claim_history(folder: Path, done_rows: int, claims: int = 500) -> fl
     return spent / claims
 
 
+def measure_claim_queues(folder: Path, per_queue: int, queues: int = QUEUES, claims: int = 500) -> dict[int, float]:
+    """Seconds per claim (query + UPDATE, no commit) in one queue of ``per_queue`` ready messages.
+
+    Once in a database that holds that queue alone, once in one that holds
+    ``queues`` such queues: a claim reads its own queue's part of the claim
+    index, so the others should not slow it down.
+    """
+    seconds: dict[int, float] = {}
+    for count in (1, queues):
+        path = folder / f"queues-{count}.sqlite3"
+        with Store(path, clock=ModelClock(NOW)) as store:
+            for number in range(count):
+                store.create_queue(f"q{number}", id_pattern=r"m[0-9]+")
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN")
+            for number in range(count):
+                conn.executemany(
+                    "INSERT INTO messages (event_id, payload, available_at, enqueued_at, queue) "
+                    "VALUES (?, '{}', ?, 0, ?)",
+                    ((f"m{n:07d}", n % 900, f"q{number}") for n in range(per_queue)))
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        with Store(path, clock=ModelClock(NOW), create=False, queue="q0") as store:
+            spent = 0.0
+            for _ in range(claims):
+                with store.snapshot():  # warm: the same connection as the transaction below
+                    pass
+                try:
+                    with store.transaction() as tx:
+                        started = time.perf_counter()
+                        lease = store.claim_tx(tx, 60)
+                        spent += time.perf_counter() - started
+                        if lease is None or not lease.event_id.startswith("m"):
+                            raise SystemExit("queues: nothing to claim in q0")
+                        raise _Undo
+                except _Undo:
+                    pass
+        seconds[count] = spent / claims
+    return seconds
+
+
 class _Undo(Exception):
     """Roll the measured claim back: the next claim finds the same state."""
 
@@ -606,7 +654,7 @@ def measure_memory(folder: Path, rounds: int, per_round: int) -> list[int]:
 # --------------------------------------------------------------------- run
 
 def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: tuple[int, int] = (10_000, 1_000_000),
-        memory: tuple[int, int] = (10, 10_000), worker_counts: tuple[int, ...] = WORKER_COUNTS,
+        memory: tuple[int, int] = (10, 10_000), queue_rows: int = 100_000, worker_counts: tuple[int, ...] = WORKER_COUNTS,
         batch_sizes: tuple[int, ...] = BATCH_SIZES, postgres: bool = True) -> dict[str, Any]:
     """Every measurement, ``rounds`` times in rotating order; medians and the targets' ratios."""
     samples: dict[str, list[float]] = {}
@@ -693,6 +741,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
             finally:
                 postgres_server.stop()
         claim_seconds = {str(rows): measure_claim_history(Path(tmp), rows) for rows in history}
+        queue_seconds = measure_claim_queues(Path(tmp), queue_rows)
         enqueue_seconds, parse_seconds = measure_enqueue(Path(tmp))
         memory_kib = measure_memory(Path(tmp), *memory) if memory[0] else []
 
@@ -709,6 +758,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         **{f"simple / {peer}": (median["simple"] / median[peer], ">= 1.2") for peer in PEERS if with_peers},
         **{f"{best} / {peer}": (median[best] / median[peer], ">= 1.2") for peer in PEERS if with_peers},
         f"claim over {high} / over {low} done rows": (claim_seconds[high] / claim_seconds[low], "<= 1.3"),
+        f"claim in 1 of {QUEUES} queues / in a lone queue": (queue_seconds[QUEUES] / queue_seconds[1], "<= 1.3"),
         **{f"workers_{n} / workers_1": (median[f"workers_{n}"] / median["workers_1"], ">= 0.9" if n <= 4 else "(reference)")
            for n in worker_counts if n > 1 and "workers_1" in median},
         **({"postgresql workers_1 / its two-commit ceiling":
@@ -732,6 +782,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         "machine": _machine(),
         "parameters": {"messages": messages, "rounds": rounds, "batch_sizes": list(batch_sizes),
                        "worker_counts": list(worker_counts), "history_rows": list(history),
+                       "queue_rows": queue_rows, "queues": QUEUES,
                        "memory_rounds": memory[0], "memory_messages_per_round": memory[1]},
         "seconds": round(time.perf_counter() - started, 1),
         "messages_per_second": {name: round(value, 1) for name, value in median.items()},
@@ -741,6 +792,8 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, history: t
         "shares": shares,
         "cpu_busy": cpu_busy,
         "claim_microseconds": {rows: round(seconds * 1e6, 1) for rows, seconds in claim_seconds.items()},
+        "claim_in_queues_microseconds": {str(count): round(seconds * 1e6, 1)
+                                         for count, seconds in queue_seconds.items()},
         "enqueue_1000_ms": round(enqueue_seconds * 1000, 2),
         "enqueue_1000_parse_ms": round(parse_seconds * 1000, 2),
         "memory_kib": memory_kib,
@@ -835,7 +888,7 @@ def main() -> None:
     if not 1 <= args.messages <= 10_000:
         parser.error("--messages must be 1..10000 (event ids are E0000..E9999)")
     if args.quick:
-        result = run(messages=300, rounds=1, peers=False, history=(1_000, 10_000), memory=(2, 300),
+        result = run(messages=300, rounds=1, peers=False, history=(1_000, 10_000), memory=(2, 300), queue_rows=2_000,
                      worker_counts=(1, 2), batch_sizes=(16,), postgres=args.postgres)
     else:
         result = run(messages=args.messages, rounds=args.rounds, postgres=args.postgres)

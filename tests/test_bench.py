@@ -22,7 +22,7 @@ def load_bench():  # type: ignore[no-untyped-def]
 
 def test_bench_reports_every_measurement_and_every_target() -> None:
     bench = load_bench()
-    report = bench.run(messages=1010, rounds=1, peers=False, history=(500, 5_000), memory=(2, 200),
+    report = bench.run(messages=1010, rounds=1, peers=False, history=(500, 5_000), memory=(2, 200), queue_rows=1_000,
                        worker_counts=(1, 2), batch_sizes=(16,),
                        postgres=False)  # 1,010 messages: more than one enqueue batch
     names = {"raw", "raw WAL, NORMAL", "raw rollback journal, FULL", "per_transaction", "bare SQL, simple path",
@@ -38,12 +38,14 @@ def test_bench_reports_every_measurement_and_every_target() -> None:
     assert set(report["targets"]) == {
         "simple / two-commit ceiling", "bare SQL of the simple path / two-commit ceiling", "batch_16 / raw commits",
         "simple / bare SQL of the simple path",
-        "claim over 5000 / over 500 done rows", "workers_2 / workers_1", "enqueue of 1,000 lines (ms)",
+        "claim over 5000 / over 500 done rows", "claim in 1 of 10 queues / in a lone queue",
+        "workers_2 / workers_1", "enqueue of 1,000 lines (ms)",
         "worker memory: last / first round"}
     # Every target says whether it was met; the bare SQL is a reference figure beside them.
     assert all(isinstance(t["met"], bool) for name, t in report["targets"].items() if not name.startswith("bare"))
     assert report["targets"]["bare SQL of the simple path / two-commit ceiling"]["met"] is None
     assert 0 < report["enqueue_1000_parse_ms"] < report["enqueue_1000_ms"]
+    assert set(report["claim_in_queues_microseconds"]) == {"1", "10"}
     assert "| simple |" in bench.markdown(report)
 
 
