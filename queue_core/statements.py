@@ -49,8 +49,10 @@ class Dialect:
     row_lock: str
     # matches event_id against one parameter holding a list of ids
     ids_in_list: str
-    # matches event_id against the ids a subquery chose ({} is the subquery),
-    # which must run once: a rescan would lock and take further rows
+    # the claim's chosen messages ({} is the query choosing them) must be chosen
+    # once: a rescan of a locking subquery would lock and take further rows.
+    # Put before the claim's UPDATE (a WITH that names them), and its match
+    claim_with: str
     ids_chosen: str
     # the statement that makes enqueues take turns (None: the write lock does)
     enqueue_turn: str | None
@@ -237,7 +239,7 @@ def _statements(dialect: Dialect) -> Statements:
               ORDER BY available_at, event_id
               LIMIT :wanted{dialect.claim_lock}"""
     named = {
-        "claim_messages": f"""
+        "claim_messages": dialect.claim_with.format(chosen) + f"""
             UPDATE messages SET
               state = CASE WHEN {spent} THEN 'dead' ELSE 'leased' END,
               attempts = CASE WHEN {spent} THEN attempts ELSE attempts + 1 END,
@@ -303,6 +305,7 @@ SQLITE: Final = _statements(
         claim_lock="",
         row_lock="",
         ids_in_list="event_id IN (SELECT value FROM json_each(?))",
+        claim_with="",
         ids_chosen="event_id IN ({})",
         enqueue_turn=None,
         receipt_turn=None,
@@ -327,8 +330,11 @@ POSTGRESQL: Final = _statements(
         claim_lock=" FOR UPDATE SKIP LOCKED",
         row_lock=" FOR UPDATE",
         ids_in_list="event_id = ANY(?)",
-        # ARRAY(...): an InitPlan, run once before the UPDATE looks at a row
-        ids_chosen="event_id = ANY(ARRAY({}))",
+        # a locking WITH runs once (an IN subquery may be rescanned by a nested
+        # loop; ARRAY(subquery) runs once too, but cost a third of a
+        # millisecond more per claim here)
+        claim_with="WITH chosen AS ({})",
+        ids_chosen="event_id IN (SELECT event_id FROM chosen)",
         enqueue_turn="SELECT pg_advisory_xact_lock(1363373939)",
         receipt_turn="SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))",
         server_time="SELECT extract(epoch FROM clock_timestamp())::float8",

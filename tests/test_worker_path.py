@@ -359,3 +359,13 @@ def test_release_is_fenced_like_a_completion(store: Store, clock: ModelClock) ->
     assert store.message("E0001").state == "leased" and store.message("E0001").generation == 2
     with pytest.raises(TypeError):
         store.release("E0001")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("wanted", [1, 2, 3])
+def test_a_claim_takes_exactly_what_it_asks_for(store: Store, wanted: int) -> None:
+    # On PostgreSQL the claim's locking subquery must run once: rescanned (as a nested
+    # loop may rescan an IN subquery) it locked and leased 4 of 4 when asked for 1.
+    store.enqueue("\n".join(line(f"E000{n}") for n in range(1, 7)))
+    taken = store.claim_messages(wanted) if wanted > 1 else [store.claim_message()]
+    assert len(taken) == wanted
+    assert store.status().to_dict()["messages"] == {"ready": 6 - wanted, "leased": wanted, "done": 0, "dead": 0}
