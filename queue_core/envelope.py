@@ -309,7 +309,9 @@ def parse_line(
     return Event(event_id=event_id, payload=canonical, line=number)
 
 
-def _plain_line(text: str, number: int, rules: QueueSettings) -> Event | None:
+def _plain_line(
+    text: str, number: int, rules: QueueSettings = DEFAULT_SETTINGS
+) -> Event | None:
     """The Event of a well-formed everyday line, or None to send it to ``parse_line``.
 
     The common case costs about half: one C scan, no hooks for integers, the

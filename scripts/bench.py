@@ -540,20 +540,25 @@ def measure_claim_history(folder: Path, done_rows: int, claims: int = 500) -> fl
     finally:
         conn.close()
     with Store(path, clock=ModelClock(NOW), create=False) as store:
-        spent = 0.0
-        for _ in range(claims):
-            with store.snapshot():  # warm: the same connection as the transaction below
-                pass
-            try:
-                with store.transaction() as tx:
-                    started = time.perf_counter()
-                    lease = store.claim_tx(tx, 60)
-                    spent += time.perf_counter() - started
-                    if lease is None:
-                        raise SystemExit("history: nothing to claim")
-                    raise _Undo
-            except _Undo:
-                pass
+        return seconds_per_claim(store, claims)
+
+
+def seconds_per_claim(store: Store, claims: int) -> float:
+    """Seconds per claim (query + UPDATE) in ``store``'s queue, each rolled back unmeasured."""
+    spent = 0.0
+    for _ in range(claims):
+        with store.snapshot():  # warm: the same connection as the transaction below
+            pass
+        try:
+            with store.transaction() as tx:
+                started = time.perf_counter()
+                lease = store.claim_tx(tx, 60)
+                spent += time.perf_counter() - started
+                if lease is None:
+                    raise SystemExit(f"{store.where}: nothing to claim in queue {store.queue}")
+                raise _Undo
+        except _Undo:
+            pass
     return spent / claims
 
 
@@ -582,21 +587,7 @@ def measure_claim_queues(folder: Path, per_queue: int, queues: int = QUEUES, cla
         finally:
             conn.close()
         with Store(path, clock=ModelClock(NOW), create=False, queue="q0") as store:
-            spent = 0.0
-            for _ in range(claims):
-                with store.snapshot():  # warm: the same connection as the transaction below
-                    pass
-                try:
-                    with store.transaction() as tx:
-                        started = time.perf_counter()
-                        lease = store.claim_tx(tx, 60)
-                        spent += time.perf_counter() - started
-                        if lease is None or not lease.event_id.startswith("m"):
-                            raise SystemExit("queues: nothing to claim in q0")
-                        raise _Undo
-                except _Undo:
-                    pass
-        seconds[count] = spent / claims
+            seconds[count] = seconds_per_claim(store, claims)
     return seconds
 
 

@@ -78,7 +78,7 @@ with tempfile.TemporaryDirectory() as folder:
     # E0001 stays done: "ACK first"
     raw.execute("DELETE FROM effects WHERE event_id = 'E0001'")
     # E0004 stays dead: "effect first"
-    raw.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0004', 'toy', 3000)")
+    raw.execute("INSERT INTO effects VALUES ('default', 'E0004', 'toy', 3000)")
     raw.commit()
     raw.close()
     print("violations after raw SQL:")

@@ -16,6 +16,7 @@ Run it in an empty folder with queue_core installed: python operating_prune.py
 import hashlib
 import sqlite3
 import tempfile
+import textwrap
 from contextlib import closing
 from pathlib import Path
 
@@ -56,7 +57,8 @@ with tempfile.TemporaryDirectory() as folder:
         print(f"   work: {work(store, Handler(), lease_seconds=30)}")
         print("   ready again, with the last error:")
         for m in store.messages("ready"):
-            print(f"     {m.event_id} {m.last_error}, {m.last_detail}")
+            said = f"     {m.event_id} {m.last_error}, {m.last_detail}"
+            print(textwrap.fill(said, 88, subsequent_indent=" " * 11))
     print()
 
     print("2. prune")

@@ -30,6 +30,7 @@ import sqlite3
 import subprocess
 import time
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -398,8 +399,12 @@ def test_the_checker_finds_doubled_money_and_a_damaged_file(tmp_path: Path) -> N
     state = read_file(db)
     doubled = FileState(state.integrity, 0, state.messages, state.effects + (state.effects[0],))
     assert any("with 2 effects (doubled)" in v for v in check_invariants(doubled))
+    with closing(sqlite3.connect(db)) as conn:  # a page in use: a free page's bytes are never read
+        root, size = conn.execute("SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master"
+                                  " WHERE name = 'messages'").fetchone()
     data = bytearray(db.read_bytes())
-    data[4096 + 8: 4096 + 64] = b"\xff" * 56  # overwrite the header of the second page
+    start = (root - 1) * size
+    data[start + 8: start + 64] = b"\xff" * 56  # overwrite the cell pointers of the messages table's root
     db.write_bytes(bytes(data))
     assert check_invariants(db) != []
 

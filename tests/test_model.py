@@ -567,7 +567,7 @@ def _fenced_without(skip: str) -> Callable[[Store, Tx, Lease], Message]:
     """``leased_tx`` with one of its three checks left out."""
 
     def leased_tx(self: Store, tx: Tx, lease: Lease) -> Message:
-        message = fetch_message(tx, lease.event_id)
+        message = fetch_message(tx, self.queue, lease.event_id)
         now = tx.now()
         if message is None:
             raise LeaseLost(f"{lease.event_id} is not in the queue")
