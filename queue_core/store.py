@@ -5,8 +5,8 @@ runner), ``reads.py`` (reads and prune), ``completion.py`` (the fenced
 completions), ``enqueues.py`` (validated batches in), then this module; ``rules.py`` holds the numbers they live by
 and ``statements.py`` every statement they run.
 
-One ``Store`` is one queue: one SQLite file, or one PostgreSQL database
-(``engines/`` holds what differs there). Each protocol operation is
+One ``Store`` is one named queue (``default`` unless named) of one SQLite
+file, or of one PostgreSQL database (``engines/`` holds what differs there). Each protocol operation is
 one short write transaction. On SQLite it starts with ``BEGIN IMMEDIATE``
 *before* it reads, so that choosing a message and taking it are serialised
 with every other writer; on PostgreSQL it locks the rows it takes instead.
