@@ -159,7 +159,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         with open_store(create=queue == DEFAULT_QUEUE) as store:
             # the CLI runs the reference application: its table lives beside the queue
             ledger.install(store)
-            batch = batch or parse_batch(data, store.settings)
+            if batch is None:
+                batch = parse_batch(data, store.settings)
             print_json(store.enqueue(batch, delay=args.delay).to_dict(), out)
         return 0
     if args.command == "create":

@@ -108,6 +108,8 @@ def _queue_name(text: str) -> str:
         return check_queue_name(text)
     except InvalidQueue as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
+
+
 _count = _whole_number(0, 10**9)
 
 

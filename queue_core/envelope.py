@@ -208,16 +208,19 @@ def check_batch(batch: Batch, rules: QueueSettings) -> None:
         return
     for event in batch.events:
         refused = rules.refuses(event.event_id)
-        if refused is None and len(event.payload.encode("utf-8")) > rules.max_payload_bytes:
-            refused = f"the canonical payload is over {rules.max_payload_bytes} bytes"
+        size = len(event.payload.encode("utf-8"))
         if refused is not None:
-            code = "invalid_event_id" if refused.startswith("event_id") else "payload_too_large"
-            raise BatchRejected(
-                code,
-                f"{refused}, got {_short(event.event_id)}",
-                None if batch.unit is None else event.line,
-                unit=batch.unit or "line",
-            )
+            code, said = "invalid_event_id", f"{refused}, got {_short(event.event_id)}"
+        elif size > rules.max_payload_bytes:
+            code, said = "payload_too_large", _too_large(size, rules)
+        else:
+            continue
+        raise BatchRejected(
+            code,
+            said,
+            None if batch.unit is None else event.line,
+            unit=batch.unit or "line",
+        )
 
 
 def _check_python_json(value: Any, path: str) -> None:
@@ -301,12 +304,12 @@ def parse_line(
             "invalid_unicode", "the payload contains a lone surrogate"
         ) from None
     if size > rules.max_payload_bytes:
-        raise _Reject(
-            "payload_too_large",
-            f"the canonical payload has {size} bytes; "
-            f"the limit is {rules.max_payload_bytes}",
-        )
+        raise _Reject("payload_too_large", _too_large(size, rules))
     return Event(event_id=event_id, payload=canonical, line=number)
+
+
+def _too_large(size: int, rules: QueueSettings) -> str:
+    return f"the canonical payload has {size} bytes; the limit is {rules.max_payload_bytes}"
 
 
 def _plain_line(

@@ -28,18 +28,18 @@ def exposition(metrics: Metrics, queue: str = "default") -> str:
     ) -> None:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        for suffix, labels, value in samples:
+        for suffix, label, value in samples:
             # NaN: no done message to take a quantile of
             shown = "NaN" if value != value else str(value)
-            labelled = f"{{{own},{labels[1:]}" if labels else f"{{{own}}}"
-            lines.append(f"{name}{suffix}{labelled} {shown}")
+            labels = f"{own},{label}" if label else own
+            lines.append(f"{name}{suffix}{{{labels}}} {shown}")
 
     family(
         "queue_core_messages",
         "gauge",
         "Messages by stored state.",
         [
-            ("", f'{{state="{state}"}}', metrics.messages.get(state, 0))
+            ("", f'state="{state}"', metrics.messages.get(state, 0))
             for state in STATES
         ],
     )
@@ -54,13 +54,13 @@ def exposition(metrics: Metrics, queue: str = "default") -> str:
         "gauge",
         "Dead messages by the attempts they spent.",
         [
-            ("", f'{{attempts="{attempts}"}}', count)
+            ("", f'attempts="{attempts}"', count)
             for attempts, count in metrics.dead_attempts.items()
         ],
     )
     latency = metrics.enqueue_to_done
     quantiles: list[tuple[str, str, int | float]] = [
-        ("", f'{{quantile="{q}"}}', value if value is not None else float("nan"))
+        ("", f'quantile="{q}"', value if value is not None else float("nan"))
         for q, value in (("0.5", latency.p50), ("0.95", latency.p95))
     ]
     family(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from .errors import InvalidQueue
+from .rules import DEFAULT_LEASE_SECONDS, MAX_ATTEMPTS, MAX_LEASE_SECONDS
 
 DEFAULT_QUEUE: Final = "default"
 # lowercase letters, digits, "_" and "-"; a letter first; 1 to 63 characters
@@ -27,7 +28,7 @@ MAX_PATTERN_CHARS: Final = 1_000
 # the bounds the schema's CHECKs hold too
 SETTING_BOUNDS: Final = {
     "max_attempts": (1, 1_000),
-    "lease_seconds": (1, 365 * 86_400),
+    "lease_seconds": (1, MAX_LEASE_SECONDS),
     "max_payload_bytes": (1, 1_000_000),
 }
 
@@ -152,4 +153,7 @@ def settings(
     )
 
 
-DEFAULT_SETTINGS: Final = QueueSettings(DEFAULT_QUEUE, TEACHING_ID_PATTERN, 3, 30, 10_000)
+# The teaching settings: the protocol's own defaults, and payloads up to 10,000 bytes.
+DEFAULT_SETTINGS: Final = QueueSettings(
+    DEFAULT_QUEUE, TEACHING_ID_PATTERN, MAX_ATTEMPTS, DEFAULT_LEASE_SECONDS, 10_000
+)

@@ -236,10 +236,11 @@ class Reads(Transactions):
                 return wanted
             found = QueueSettings(*row)
             if found != wanted:
+                asked = wanted.to_dict()
                 differ = ", ".join(
-                    f"{key} {value!r}, not {wanted.to_dict()[key]!r}"
+                    f"{key} {value!r}, not {asked[key]!r}"
                     for key, value in found.to_dict().items()
-                    if value != wanted.to_dict()[key]
+                    if value != asked[key]
                 )
                 raise QueueConflict(
                     f"queue {name!r} exists with {differ}; nothing was changed"

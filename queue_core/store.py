@@ -6,10 +6,11 @@ completions), ``enqueues.py`` (validated batches in), then this module; ``rules.
 and ``statements.py`` every statement they run.
 
 One ``Store`` is one named queue (``default`` unless named) of one SQLite
-file, or of one PostgreSQL database (``engines/`` holds what differs there). Each protocol operation is
-one short write transaction. On SQLite it starts with ``BEGIN IMMEDIATE``
-*before* it reads, so that choosing a message and taking it are serialised
-with every other writer; on PostgreSQL it locks the rows it takes instead.
+file, or of one PostgreSQL database (``engines/`` holds what differs there).
+Each protocol operation is one short write transaction. On SQLite it starts
+with ``BEGIN IMMEDIATE`` *before* it reads, so that choosing a message and
+taking it are serialised with every other writer; on PostgreSQL it locks the
+rows it takes instead.
 
 The store knows no business. Completing a message means: a fenced check, the
 *caller's* writes in the same transaction, a re-check, the ACK. Both ways in:

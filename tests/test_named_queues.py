@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from queue_core import (
     Store,
     UnknownQueue,
     ledger,
+    parse_batch,
     work,
 )
 from queue_core.prometheus import exposition
@@ -44,7 +46,7 @@ def cli(folder: Path, target: Any, *args: Any, now: int = 1000) -> subprocess.Co
 
 
 @pytest.fixture
-def orders(store: Store, clock: ModelClock) -> Store:
+def orders(store: Store, clock: ModelClock) -> Iterator[Store]:
     store.create_queue("orders", id_pattern=r"order-[0-9]+", max_attempts=2, lease_seconds=60)
     queue = Store(store.target, clock=clock, queue="orders")
     yield queue
@@ -76,6 +78,24 @@ def test_a_created_queue_keeps_its_settings_and_applies_them(orders: Store, stor
         orders.send("E0001", book(1))
     assert refused.value.code == "invalid_event_id"
     assert "id rule of queue orders, order-[0-9]+" in refused.value.message
+
+
+def test_a_batch_parsed_by_another_queue_s_rules_is_checked_by_this_queue_s(store: Store,
+                                                                            clock: ModelClock) -> None:
+    # parse_batch() alone applies the default queue's rules; enqueue_tx checks the queue's own
+    store.create_queue("small", max_payload_bytes=20)
+    store.create_queue("orders", id_pattern=r"order-[0-9]+")
+    with Store(store.target, clock=clock, queue="small") as small, \
+            Store(store.target, clock=clock, queue="orders") as orders:
+        with pytest.raises(BatchRejected) as too_large:
+            small.enqueue(parse_batch(b'{"event_id": "E0001", "payload": {"note": "some thirty bytes long"}}'))
+        assert (too_large.value.code, too_large.value.line) == ("payload_too_large", 1)
+        assert "the limit is 20" in too_large.value.message
+        with pytest.raises(BatchRejected) as refused:
+            orders.enqueue(parse_batch(b'{"event_id": "E0001", "payload": {}}'))
+        assert (refused.value.code, refused.value.line) == ("invalid_event_id", 1)
+        assert "id rule of queue orders" in refused.value.message
+        assert small.messages() == [] and orders.messages() == []  # nothing written
 
 
 def test_create_is_idempotent_and_a_conflict_changes_nothing(orders: Store, store: Store) -> None:

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from ..errors import StorageError
+from ..errors import StorageError, WrongPath
 from ..statements import Statements
 
 # Marks a database as queue_core's: SQLite's application_id, PostgreSQL's
@@ -142,6 +142,22 @@ def engine_for(target: str | Path, *, busy_timeout_ms: int) -> Engine:
 def is_postgres_url(target: object) -> bool:
     """Whether ``target`` names a PostgreSQL database rather than an SQLite file."""
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def migration_blocked(where: object, table: str) -> WrongPath:
+    """Version 4 cannot key messages by (queue, event_id) while ``table`` references them.
+
+    Only the reference ledger's table moves with the migration; another is its
+    owner's to move. Nothing was changed.
+    """
+    return WrongPath(
+        f"{where}: table {table} references messages; schema version 4 keys a "
+        "message by (queue, event_id): give the table a column "
+        "queue TEXT NOT NULL DEFAULT 'default' and reference "
+        "messages (queue, event_id), or drop the reference, then open the "
+        "queue again (nothing was changed)",
+        code="migration_blocked",
+    )
 
 
 def migrations(folder: str) -> dict[int, str]:

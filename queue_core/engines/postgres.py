@@ -27,9 +27,10 @@ from typing import Any, Final
 
 from ..errors import StorageError, WrongPath
 from ..statements import POSTGRESQL, Statements
-from . import APPLICATION_ID, Connection, migrations
+from . import APPLICATION_ID, Connection, migration_blocked, migrations
 
 MIGRATIONS: Final = migrations("postgres_migrations")
+SCHEMA_VERSION: Final = max(MIGRATIONS)
 # The reference ledger's effects moved to version 4 (queue_core/app/ledger_postgres.sql):
 # before migration 4 its key leaves the old message key free, after it the
 # foreign key names the new one.
@@ -43,7 +44,6 @@ LEDGER_V4_AFTER: Final = """
 ALTER TABLE effects ADD CONSTRAINT effects_event_id_fkey FOREIGN KEY (queue, event_id)
     REFERENCES messages (queue, event_id);
 """
-SCHEMA_VERSION: Final = max(MIGRATIONS)
 
 # ``?`` outside quoted strings, in a caller's SQL (the store's own statements
 # are written for psycopg already).
@@ -297,14 +297,7 @@ class PostgresEngine:
         others = [table for table, name in children
                   if (table, name) != ("effects", "effects_event_id_fkey")]
         if others:
-            raise WrongPath(
-                f"{self.where}: table {others[0]} references messages; schema "
-                "version 4 keys a message by (queue, event_id): give the table a "
-                "column queue TEXT NOT NULL DEFAULT 'default' and reference "
-                "messages (queue, event_id), or drop the reference, then open the "
-                "queue again (nothing was changed)",
-                code="migration_blocked",
-            )
+            raise migration_blocked(self.where, others[0])
         return bool(children)
 
     def connect(self) -> PostgresConnection:

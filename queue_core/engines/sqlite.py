@@ -19,7 +19,7 @@ from typing import Final
 from .. import turn
 from ..errors import StorageError, WrongPath
 from ..statements import SQLITE, Statements
-from . import APPLICATION_ID, Connection, migrations
+from . import APPLICATION_ID, Connection, migration_blocked, migrations
 
 MIGRATIONS: Final = migrations("sqlite_migrations")
 SCHEMA_VERSION: Final = max(MIGRATIONS)
@@ -296,14 +296,7 @@ def _keyed_by_event_id(conn: sqlite3.Connection, path: Path) -> bool:
     ]
     others = [name for name in children if name != "effects"]
     if others:
-        raise WrongPath(
-            f"{path}: table {others[0]} references messages; schema version 4 "
-            "keys a message by (queue, event_id): give the table a column "
-            "queue TEXT NOT NULL DEFAULT 'default' and reference "
-            "messages (queue, event_id), or drop the reference, then open the "
-            "queue again (nothing was changed)",
-            code="migration_blocked",
-        )
+        raise migration_blocked(path, others[0])
     return bool(children)
 
 
