@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -26,8 +27,21 @@ from typing import Any
 # queue_core/, whose code a record is made for, and this proof machinery
 PACKAGE = Path(__file__).resolve().parent.parent / "queue_core"
 PROOF = Path(__file__).resolve().parent
+# Long runs (minutes to an hour: thousands of kills, hundreds of power cuts) are
+# not made by the test suite; their records are committed here, and the pages
+# print them with the commit and fingerprint they were made for.
+COMMITTED = PROOF.parent / "evidence"
 
-__all__ = ["Record", "fingerprint", "load_record", "recorded", "save_record"]
+__all__ = [
+    "COMMITTED",
+    "Record",
+    "commit_of_tree",
+    "fingerprint",
+    "load_committed",
+    "load_record",
+    "recorded",
+    "save_record",
+]
 
 
 def fingerprint() -> str:
@@ -64,6 +78,9 @@ class Record:
     system: str
     # the run's result as JSON values (a ``to_dict()``)
     result: Any = field(default=None)
+    # the git commit the run was made on ("<sha>-dirty" with uncommitted
+    # changes, "" outside a git checkout)
+    commit: str = ""
 
     @property
     def machine(self) -> str:
@@ -78,7 +95,23 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        # records made before ``commit`` existed lack it
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__
+                      if name in data or name != "commit"})
+
+
+def commit_of_tree() -> str:
+    """The checkout's HEAD commit, with ``-dirty`` if files differ from it; "" outside git."""
+    root = PROOF.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, timeout=30,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{head}-dirty" if dirty else head
 
 
 def _jsonable(value: Any) -> Any:
@@ -115,6 +148,7 @@ def save_record(
         sqlite=sqlite3.sqlite_version,
         system=f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         result=_jsonable(result),
+        commit=commit_of_tree(),
     )
     folder = Path(folder)
     try:
@@ -141,6 +175,19 @@ def load_record(
     ):
         return None
     return record
+
+
+def load_committed(name: str) -> Record | None:
+    """The committed long-run record ``evidence/name.json``, whatever code it was made for.
+
+    A page that prints it says which commit and fingerprint it was made for,
+    and whether that is this code (``Record.for_this_code``).
+    """
+    try:
+        data = json.loads((COMMITTED / f"{name}.json").read_text(encoding="utf-8"))
+        return Record.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def recorded(
