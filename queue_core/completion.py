@@ -15,7 +15,7 @@ import sys
 from . import turn
 from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
-from .reads import Reads, fetch_message
+from .reads import Reads, fetch_message, message_of
 from .rules import (
     MessageHandler,
     backoff_seconds,
@@ -144,7 +144,8 @@ class Completions(Reads):
                         escaped = exc
                         break
                 else:
-                    leases = [[c.lease.event_id, c.lease.generation] for c in batch]
+                    leases = [[c.lease.event_id, c.lease.generation, c.lease.token]
+                              for c in batch]
                     acked = tx.conn.execute(
                         tx.sql.ack_many,
                         {**tx.times(), "queue": self.queue, "leases": json.dumps(leases)},
@@ -225,6 +226,7 @@ class Completions(Reads):
             "queue": self.queue,
             "event_id": lease.event_id,
             "generation": lease.generation,
+            "token": lease.token,
         }
         return self._acked(tx, lease, tx.conn.execute(tx.sql.ack, params).rowcount)
 
@@ -235,14 +237,22 @@ class Completions(Reads):
         from the database, never from the caller.
         """
         check_lease(lease)
-        message = fetch_message(tx, self.queue, lease.event_id, lock=True)
+        row = tx.conn.execute(tx.sql.lease_locked, (self.queue, lease.event_id)).fetchone()
         now = tx.now()
-        if message is None:
+        if row is None:
             raise LeaseLost(f"{lease.event_id} is not in the queue")
+        message, token = message_of(row[:-1]), row[-1]
         if message.generation != lease.generation:
             raise LeaseLost(
                 f"{lease.event_id}: generation {lease.generation} is stale; "
                 f"the message was claimed again (generation {message.generation})"
+            )
+        if token != lease.token:
+            # the same generation from another claim: the database lost the
+            # claim that issued this lease, and issued its generation again
+            raise LeaseLost(
+                f"{lease.event_id}: generation {lease.generation} was issued again "
+                "(the lease's token differs: its claim was lost)"
             )
         if message.state != "leased" or message.lease_until is None:
             raise LeaseLost(f"{lease.event_id} is {message.state}, not leased")
@@ -270,7 +280,7 @@ class Completions(Reads):
         # this lease is its current, unexpired lease.
         acked = tx.conn.execute(
             tx.sql.complete_ack,
-            (now, self.queue, lease.event_id, lease.generation, now),
+            (now, self.queue, lease.event_id, lease.generation, lease.token, now),
         ).rowcount
         return self._acked(tx, lease, acked)
 
@@ -312,6 +322,7 @@ class Completions(Reads):
             "queue": self.queue,
             "event_id": lease.event_id,
             "generation": lease.generation,
+            "token": lease.token,
         }
         # the row is locked and checked: the fenced UPDATE changes it
         if tx.conn.execute(tx.sql.release, params).rowcount != 1:
@@ -361,11 +372,19 @@ class Completions(Reads):
             lease.generation,
             lease.attempt,
             lease_deadline(instant, lease_seconds),
+            lease.token,
         )
         # The same fence in the UPDATE itself, as in complete_tx.
         changed = tx.conn.execute(
             tx.sql.extend_lease,
-            (extended.lease_until, self.queue, lease.event_id, lease.generation, now),
+            (
+                extended.lease_until,
+                self.queue,
+                lease.event_id,
+                lease.generation,
+                lease.token,
+                now,
+            ),
         ).rowcount
         if changed != 1:
             raise LeaseLost(

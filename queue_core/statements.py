@@ -63,7 +63,8 @@ class Dialect:
     placeholder: str  # as the driver wants it: "?" or "%s"
     # the value bound to ids_in_list's parameter
     id_list: Callable[[list[str]], object]
-    # matches (event_id, generation) against :leases, a JSON array of such pairs
+    # matches (event_id, generation, lease_token) against :leases, a JSON array
+    # of such triples
     leases_in_list: str
     # the time in a statement with named parameters: now (whole seconds, rounded
     # down) and a new lease's end (rounded up, plus :lease_seconds); where the
@@ -98,9 +99,11 @@ class Statements:
     # a lease given back, fenced like the ACK: ready again at its old place,
     # and the claim that took it does not count as an attempt
     release: str
-    # one message, and one message locked for the fenced check
+    # one message, one message locked, and one locked with its lease's token
+    # for the fenced check
     message: str
     message_locked: str
+    lease_locked: str
     # the fence and the ACK in one statement
     complete_ack: str
     extend_lease: str
@@ -162,19 +165,22 @@ def _statements(dialect: Dialect) -> Statements:
         "claim_lease": """
             UPDATE messages
             SET state = 'leased', attempts = ?, generation = ?, lease_until = ?,
-                expired_leases = expired_leases + ?
+                expired_leases = expired_leases + ?, lease_token = ?
             WHERE queue = ? AND event_id = ?""",
         "message": f"SELECT {MESSAGE_COLUMNS} FROM messages "
         "WHERE queue = ? AND event_id = ?",
         "message_locked": f"SELECT {MESSAGE_COLUMNS} FROM messages "
         "WHERE queue = ? AND event_id = ?"
         + dialect.row_lock,
+        "lease_locked": f"SELECT {MESSAGE_COLUMNS}, lease_token FROM messages "
+        "WHERE queue = ? AND event_id = ?"
+        + dialect.row_lock,
         "complete_ack": "UPDATE messages SET state = 'done', lease_until = NULL, "
         "done_at = ? WHERE queue = ? AND event_id = ? AND generation = ? "
-        "AND state = 'leased' AND lease_until > ?",
+        "AND lease_token = ? AND state = 'leased' AND lease_until > ?",
         "extend_lease": "UPDATE messages SET lease_until = ? "
         "WHERE queue = ? AND event_id = ? AND generation = ? "
-        "AND state = 'leased' AND lease_until > ?",
+        "AND lease_token = ? AND state = 'leased' AND lease_until > ?",
         "fail_dead": "UPDATE messages SET state = 'dead', lease_until = NULL, "
         "last_error = ?, last_detail = ? WHERE queue = ? AND event_id = ?",
         "fail_retry": """
@@ -245,6 +251,7 @@ def _statements(dialect: Dialect) -> Statements:
               attempts = CASE WHEN {spent} THEN attempts ELSE attempts + 1 END,
               generation = CASE WHEN {spent} THEN generation ELSE generation + 1 END,
               lease_until = CASE WHEN {spent} THEN NULL ELSE {dialect.until} END,
+              lease_token = CASE WHEN {spent} THEN lease_token ELSE :token END,
               last_error = CASE WHEN {spent} THEN :lease_expired ELSE last_error END,
               last_detail = CASE WHEN {spent}
                 THEN 'the lease of claim ' || CAST(attempts AS TEXT)
@@ -258,11 +265,11 @@ def _statements(dialect: Dialect) -> Statements:
             RETURNING {_RETURNED_COLUMNS}""",
         "ack": "UPDATE messages SET state = 'done', lease_until = NULL, "
         f"done_at = {dialect.now} WHERE queue = :queue AND event_id = :event_id "
-        "AND generation = :generation "
+        "AND generation = :generation AND lease_token = :token "
         f"AND state = 'leased' AND lease_until > {dialect.now}",
         "release": "UPDATE messages SET state = 'ready', lease_until = NULL, "
         "attempts = attempts - 1 WHERE queue = :queue AND event_id = :event_id "
-        "AND generation = :generation "
+        "AND generation = :generation AND lease_token = :token "
         f"AND state = 'leased' AND lease_until > {dialect.now}",
         "ack_many": "UPDATE messages SET state = 'done', lease_until = NULL, "
         f"done_at = {dialect.now} WHERE queue = :queue AND {dialect.leases_in_list} "
@@ -312,8 +319,9 @@ SQLITE: Final = _statements(
         server_time=None,
         placeholder="?",
         id_list=json.dumps,
-        leases_in_list="(event_id, generation) IN (SELECT json_extract(value, '$[0]'),"
-        " json_extract(value, '$[1]') FROM json_each(:leases))",
+        leases_in_list="(event_id, generation, lease_token) IN"
+        " (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),"
+        " json_extract(value, '$[2]') FROM json_each(:leases))",
         now=":now",
         until=":until",
     )
@@ -340,8 +348,8 @@ POSTGRESQL: Final = _statements(
         server_time="SELECT extract(epoch FROM clock_timestamp())::float8",
         placeholder="%s",
         id_list=list,
-        leases_in_list="(event_id, generation) IN (SELECT lease ->> 0,"
-        " CAST(lease ->> 1 AS BIGINT)"
+        leases_in_list="(event_id, generation, lease_token) IN (SELECT lease ->> 0,"
+        " CAST(lease ->> 1 AS BIGINT), CAST(lease ->> 2 AS BIGINT)"
         " FROM jsonb_array_elements(CAST(:leases AS JSONB)) AS lease)",
         # statement_timestamp(): one reading for the whole statement
         now="coalesce(CAST(:now AS BIGINT),"

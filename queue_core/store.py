@@ -65,7 +65,7 @@ from .rules import (
 )
 from .reads import message_of
 from .transactions import Probe, Tx
-from .values import Claimed, Completion, Lease, Message, Outcome
+from .values import Claimed, Completion, Lease, Message, Outcome, new_lease_token
 
 __all__ = [  # what the store's module offers, its own and the rules it runs by
     "BATCH_OPERATIONS",
@@ -249,6 +249,7 @@ class Store(Enqueues):
         decided on it rounded down, a new lease counts from it rounded up.
         """
         now, lease_until = math.floor(instant), lease_deadline(instant, lease_seconds)
+        token = new_lease_token()  # one per claim transaction: the generation names the row
         leases: list[Lease] = []
         while len(leases) < count:
             rows = tx.conn.execute(
@@ -273,7 +274,7 @@ class Store(Enqueues):
                     )
                     self._at("claim.after_expire")
                     continue
-                lease = Lease(event_id, generation + 1, attempts + 1, lease_until)
+                lease = Lease(event_id, generation + 1, attempts + 1, lease_until, token)
                 tx.conn.execute(
                     tx.sql.claim_lease,
                     (
@@ -281,6 +282,7 @@ class Store(Enqueues):
                         lease.generation,
                         lease.lease_until,
                         expired,
+                        token,
                         self.queue,
                         event_id,
                     ),
@@ -327,11 +329,13 @@ class Store(Enqueues):
         """Lease up to ``count`` messages with ``claim_messages``, in claim order."""
         check_count(count)
         lease_seconds = self.lease_seconds_for(lease_seconds)
+        token = new_lease_token()  # one per claim transaction, as in claim
         params: dict[str, object] = {
             **tx.times(lease_seconds),
             "queue": self.queue,
             "max_attempts": self.max_attempts,
             "lease_expired": LEASE_EXPIRED,
+            "token": token,
         }
         claimed: list[Claimed] = []
         while len(claimed) < count:
@@ -350,6 +354,7 @@ class Store(Enqueues):
                         message.generation,
                         message.attempts,
                         message.lease_until,
+                        token,
                     )
                     claimed.append(Claimed(lease, message))
             # fewer rows than wanted: nothing more is claimable now (a full set

@@ -8,8 +8,9 @@ A ``Lease`` is a claim's right to one message; a ``Completion`` is what
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Final
 
@@ -21,13 +22,24 @@ class Lease:
     """A temporary, fenced right to process one message.
 
     ``generation`` is the fencing token: every claim raises it, and every
-    completion must present the current one.
+    completion must present the current one. ``token`` is a random number
+    drawn by the claim and stored with it, checked with the generation: a
+    database that lost a claim (a failover to a standby that lagged, a
+    restored backup) issues the same generation again, never the same token.
+    It is neither printed nor compared (it is random); 0 is the token of a
+    message claimed before schema version 5.
     """
 
     event_id: str
     generation: int
     attempt: int
     lease_until: int
+    token: int = field(default=0, repr=False, compare=False)
+
+
+def new_lease_token() -> int:
+    """A claim's random token: 1..2**63-1 (a signed 64-bit column holds it; 0 is "none")."""
+    return secrets.randbelow(2**63 - 1) + 1
 
 
 class Outcome(str, Enum):

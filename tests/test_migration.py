@@ -91,11 +91,12 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     with Store(v1, clock=ModelClock(1000)):
         # The migration is checkpointed at once: the new version is in the file itself
         # while the store is still open, not only in its WAL.
-        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 4
-    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 4
-    assert select(v1, "PRAGMA user_version") == [(4,)]
+        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 5
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 5
+    assert select(v1, "PRAGMA user_version") == [(5,)]
     assert select(v1, "PRAGMA application_id") == [(sqlite_engine.APPLICATION_ID,)]
-    assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS, "queue"]
+    assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS, "queue",
+                                      "lease_token"]
     # every message from before belongs to the default queue
     assert select(v1, "SELECT DISTINCT queue FROM messages") == [("default",)]
     # Every row keeps its meaning: the same values, and no detail was invented.
@@ -168,7 +169,7 @@ def test_a_version_1_file_that_never_had_a_receipt_gets_the_receipts_table(tmp_p
 def test_an_empty_version_1_file_migrates(tmp_path: Path) -> None:
     path = make_v1(tmp_path / "empty.sqlite3", with_receipts=False, rows=False)
     store = Store(path, clock=ModelClock(1000), create=False)  # migration is not creation
-    assert header_version(path) == 4
+    assert header_version(path) == sqlite_engine.SCHEMA_VERSION
     assert store.status().messages == {}
     store.enqueue(line("E0001"))
     assert store.complete(store.claim(), Handler()).outcome is Outcome.DONE  # v1's effects table is the ledger's
@@ -181,7 +182,7 @@ def test_opening_the_migrated_file_again_is_a_no_op(v1: Path) -> None:
     with Store(v1, clock=ModelClock(1000)), Store(v1, clock=ModelClock(2000), create=False):
         assert fingerprint(v1) == before  # opening writes nothing, not even a -lock file
     assert fingerprint(v1) == before
-    assert header_version(v1) == 4
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION
 
 
 def test_ledger_install_on_a_migrated_file_keeps_the_v1_effects(v1: Path) -> None:
@@ -196,8 +197,8 @@ def test_a_version_2_file_migrates_to_version_3_and_no_row_changes_meaning(tmp_p
     old = f"{MESSAGE_COLUMNS}, last_detail"
     before = select(path, f"SELECT {old} FROM messages ORDER BY event_id")
     with Store(path, clock=ModelClock(1200)) as store:
-        assert header_version(path) == 4
-        assert columns(path, "messages") == [*old.split(", "), *V3_COLUMNS, "queue"]
+        assert header_version(path) == sqlite_engine.SCHEMA_VERSION
+        assert columns(path, "messages") == [*old.split(", "), *V3_COLUMNS, "queue", "lease_token"]
         assert select(path, f"SELECT {old} FROM messages ORDER BY event_id") == before  # the same values
         assert select(path, UNKNOWN_TIMES) == [(len(before),)]  # no time guessed, no expiry invented
         metrics = store.metrics()
@@ -254,7 +255,7 @@ def test_a_migration_that_fails_part_way_leaves_the_file_byte_identical(v1: Path
     with closing(v1_connect(v1)) as conn:
         conn.execute("DROP INDEX receipts")
     Store(v1, clock=ModelClock(1000)).close()
-    assert header_version(v1) == 4 and "last_detail" in columns(v1, "messages")
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION and "last_detail" in columns(v1, "messages")
 
 
 def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
@@ -284,7 +285,7 @@ def test_a_migration_on_a_read_only_connection_leaves_the_file_byte_identical(
     assert not wal.exists() or wal.stat().st_size == 0
     assert header_version(v1) == 1
     Store(v1, clock=ModelClock(1000)).close()  # with a writable connection, the same file migrates
-    assert header_version(v1) == 4
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="mode bits do not stop root")
@@ -376,9 +377,10 @@ def test_a_version_3_file_moves_to_named_queues_keeping_every_row(tmp_path: Path
     before, effects = select(path, every), select(path, "SELECT * FROM effects ORDER BY event_id")
     assert header_version(path) == 3 and before and effects
     with Store(path, clock=ModelClock(1200)) as store:
-        assert header_version(path) == 4
+        assert header_version(path) == 5
         # every row as it was, in the default queue, which keeps the teaching rule
-        assert select(path, every) == [(*row, "default") for row in before]
+        # (and, claimed before version 5, with no lease token)
+        assert select(path, every) == [(*row, "default", 0) for row in before]
         assert select(path, "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id") == effects
         assert select(path, "SELECT queue FROM effects GROUP BY queue") == [("default",)]
         keys = select(path, "SELECT \"from\", \"to\" FROM pragma_foreign_key_list('effects') ORDER BY seq")
@@ -415,4 +417,52 @@ def test_a_table_of_yours_keyed_on_the_old_id_stops_the_migration_untouched(tmp_
     with closing(v1_connect(path)) as conn:
         conn.execute("DROP TABLE orders")
     Store(path, clock=ModelClock(1000)).close()
-    assert header_version(path) == 4
+    assert header_version(path) == sqlite_engine.SCHEMA_VERSION
+
+
+# ------------------------------------------------------- version 5: lease tokens
+
+def make_v4(path: Path, clock: ModelClock) -> tuple[Path, Lease]:
+    """A version-4 file with E0001 leased by a version-4 claim (no token), E0002 ready."""
+    make_v3(path)
+    with closing(v1_connect(path)) as conn:
+        # the ledger's effects move with the engine's own step of migration 4; here
+        # the ledger starts anew on the version-5 file
+        conn.execute("DROP TABLE effects")
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in sqlite_engine.sql_statements(sqlite_engine.MIGRATIONS[4]):
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 4")
+        conn.execute("COMMIT")
+        conn.execute("DELETE FROM messages")
+        for event_id in ("E0001", "E0002"):
+            conn.execute("INSERT INTO messages (event_id, payload, available_at) VALUES (?, ?, 0)",
+                         (event_id, '{"category": "book", "amount_cents": 100}'))
+        # a version-4 claim: the generation and the deadline, nothing else
+        conn.execute("UPDATE messages SET state = 'leased', attempts = 1, generation = 1, "
+                     "lease_until = ? WHERE event_id = 'E0001'", (clock.now() + 30,))
+    return path, Lease("E0001", 1, 1, clock.now() + 30)
+
+
+def test_a_version_4_file_gets_lease_tokens_and_its_leases_still_complete(tmp_path: Path) -> None:
+    clock = ModelClock(1000)
+    path, old_lease = make_v4(tmp_path / "v4.sqlite3", clock)
+    before = select(path, "SELECT * FROM messages ORDER BY event_id")
+    assert header_version(path) == 4 and "lease_token" not in columns(path, "messages")
+    with Store(path, clock=clock) as store:
+        ledger.install(store)
+        assert header_version(path) == sqlite_engine.SCHEMA_VERSION == 5
+        assert columns(path, "messages")[-1] == "lease_token"
+        assert select(path, "SELECT * FROM messages ORDER BY event_id") == [(*row, 0) for row in before]
+        # a lease a version-4 worker holds (token 0, as the row's) still completes
+        assert old_lease.token == 0
+        assert store.complete(old_lease, Handler()).outcome is Outcome.DONE
+        # a new claim draws a token, stores it, and only it completes the claim
+        fresh = store.claim()
+        assert fresh is not None and fresh.token != 0
+        assert select(path, "SELECT lease_token FROM messages WHERE event_id = 'E0002'") == [(fresh.token,)]
+        assert store.complete(fresh, Handler()).outcome is Outcome.DONE
+        assert select(path, "PRAGMA integrity_check") == [("ok",)]
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            conn.execute("UPDATE messages SET lease_token = -1")

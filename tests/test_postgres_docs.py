@@ -226,6 +226,9 @@ def record_receipt(tx: Tx) -> receipts.Recorded:
 def test_the_statements_on_the_page_are_what_a_real_server_receives(
         tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     batch = (LINE % ("E0001", 10000)).encode()
+    # the claims' random token, fixed: both runs must send the same parameters,
+    # and the stand-in's lease completes on the server
+    monkeypatch.setattr("queue_core.store.new_lease_token", lambda: 7)
     stand_in: dict[str, list[tuple[str, Any]]] = {}
     engine = PostgresEngine("postgresql://stand-in/db", busy_timeout_ms=1000)  # connects to nothing
     with Store(tmp_path / "queue.sqlite3", clock=ModelClock(1000)) as code_only:
@@ -298,8 +301,8 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
     assert real["claim"][0][0].endswith(" FOR UPDATE SKIP LOCKED")
     assert [sql for sql, _ in real["enqueue"][:2]] == [POSTGRESQL.enqueue_turn, POSTGRESQL.enqueue_find]
     assert real["enqueue"][0][0].startswith("SELECT pg_advisory_xact_lock(")
-    assert POSTGRESQL.message_locked.endswith(" FOR UPDATE")
-    assert any(sql == POSTGRESQL.message_locked for sql, _ in real["complete"])
+    assert POSTGRESQL.lease_locked.endswith(" FOR UPDATE")
+    assert any(sql == POSTGRESQL.lease_locked for sql, _ in real["complete"])
     assert real["now"] == [(POSTGRESQL.server_time, ())]
     assert real["receipt"][0] == (POSTGRESQL.receipt_turn, ("north", "op-1"))
 

@@ -23,6 +23,7 @@ import pytest
 from queue_core import (
     BatchRejected,
     Handler,
+    Lease,
     LeaseLost,
     ModelClock,
     Outcome,
@@ -32,6 +33,7 @@ from queue_core import (
     receipts,
     work,
 )
+from queue_core.engines.postgres import SCHEMA_VERSION
 
 from .postgres_server import PORT, SERVER_USER, Cluster
 
@@ -449,7 +451,7 @@ def test_a_version_3_database_moves_to_named_queues_keeping_every_row(url: str, 
         assert ledger.effects(store) == [("E0001", "book", 100)]
         store.create_queue("orders", id_pattern=r"o-[0-9]+")
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (4,)
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute(every).fetchall() == before
         assert conn.execute("SELECT DISTINCT queue FROM messages").fetchall() == [("default",)]
         keys = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
@@ -457,7 +459,7 @@ def test_a_version_3_database_moves_to_named_queues_keeping_every_row(url: str, 
         assert keys == [("FOREIGN KEY (queue, event_id) REFERENCES messages(queue, event_id)",)]
 
 
-def test_a_version_2_database_moves_to_version_4_and_no_row_changes_meaning(url: str, clock: ModelClock) -> None:
+def test_a_version_2_database_moves_to_the_current_version_and_no_row_changes_meaning(url: str, clock: ModelClock) -> None:
     import psycopg
 
     make_v3(url, version=2)
@@ -469,11 +471,42 @@ def test_a_version_2_database_moves_to_version_4_and_no_row_changes_meaning(url:
         assert dict(metrics.messages) == {"ready": 1, "leased": 0, "done": 1, "dead": 0}
         assert (metrics.oldest_ready_age, metrics.enqueue_to_done.count) == (None, 0)  # times unknown: left out
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (4,)
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute(f"SELECT {old} FROM messages ORDER BY event_id").fetchall() == before
         assert conn.execute("SELECT count(*) FROM messages WHERE enqueued_at IS NULL AND done_at IS NULL"
                             " AND expired_leases = 0 AND payload_sha256 IS NULL AND queue = 'default'"
+                            " AND lease_token = 0"
                             ).fetchone() == (2,)
+
+
+def test_a_version_4_database_gets_lease_tokens_and_its_leases_still_complete(url: str, clock: ModelClock) -> None:
+    import psycopg
+
+    from queue_core.engines.postgres import MIGRATIONS
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        for step in range(2, 5):
+            conn.execute(MIGRATIONS[step])
+        conn.execute("INSERT INTO queue_core_schema (application_id, version) VALUES (1363373938, 4)")
+        # E0001 leased by a version-4 claim: the generation and the deadline only
+        conn.execute("INSERT INTO messages (event_id, payload, state, attempts, generation, available_at,"
+                     " lease_until) VALUES ('E0001', %s, 'leased', 1, 1, 0, %s), ('E0002', %s, 'ready', 0, 0, 0,"
+                     " NULL)", ('{"category": "book", "amount_cents": 100}', clock.now() + 30,
+                                '{"category": "book", "amount_cents": 100}'))
+        conn.execute("COMMIT")
+    with Store(url, clock=clock, create=False) as store:
+        ledger.install(store)
+        assert store.complete(Lease("E0001", 1, 1, clock.now() + 30), Handler()).outcome is Outcome.DONE
+        fresh = store.claim()
+        assert fresh is not None and fresh.token != 0
+        assert store.complete(fresh, Handler()).outcome is Outcome.DONE
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION,) == (5,)
+        assert conn.execute("SELECT event_id, lease_token FROM messages ORDER BY 1").fetchall() == [
+            ("E0001", 0), ("E0002", fresh.token)]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE messages SET lease_token = -1")
 
 
 def test_a_table_of_yours_keyed_on_the_old_id_stops_the_migration(url: str, clock: ModelClock) -> None:
@@ -496,13 +529,13 @@ def test_a_newer_schema_version_is_refused_and_nothing_is_changed(url: str, cloc
 
     Store(url, clock=clock).close()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE queue_core_schema SET version = 5")
+        conn.execute("UPDATE queue_core_schema SET version = %s", (SCHEMA_VERSION + 1,))
         conn.execute("ALTER TABLE messages DROP COLUMN payload_sha256")  # a change this version would undo
     with pytest.raises(StorageError) as refused:
         Store(url, clock=clock)
-    assert refused.value.code == "schema_too_new" and "schema version 5" in str(refused.value)
+    assert refused.value.code == "schema_too_new" and f"schema version {SCHEMA_VERSION + 1}" in str(refused.value)
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (5,)
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION + 1,)
         assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'messages'"
                             " AND column_name = 'payload_sha256'").fetchone() == (0,)
 

@@ -347,6 +347,9 @@ IMPOSSIBLE = [
      "messages_pruned_payload"),  # a pruned payload is gone: '{}'
     ("UPDATE messages SET payload = '{}', payload_sha256 = 'abc' WHERE event_id = 'E0001'", "CheckViolation",
      "messages_pruned_payload"),  # a SHA-256 in hex has 64 characters
+    # Version 5: the lease's random token; 0 is "none".
+    ("UPDATE messages SET lease_token = -1 WHERE event_id = 'E0001'", "CheckViolation",
+     "messages_lease_token_nonnegative"),
     # Version 4: named queues, each with its settings; a message belongs to one.
     ("INSERT INTO queues VALUES ('Other', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
     ("INSERT INTO queues VALUES ('o;x', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
@@ -446,7 +449,8 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
         queue.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0005', 'pen', 2000)")
         queue.execute("INSERT INTO receipts VALUES ('north', 'op-2', '[1,\"x\"]', 'E0005')")  # any JSON
     stored = queue.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall()
-    assert stored == [(*row, "default") for row in VALID_ROWS]  # version 4: the queue, last
+    # version 4: the queue; version 5: the lease's token (0: none), last
+    assert stored == [(*row, "default", 0) for row in VALID_ROWS]
     assert {r[0] for r in queue.execute("SELECT DISTINCT state FROM messages")} == {"ready", "leased", "done", "dead"}
     # SQLite accepts the same rows.
     with closing(sqlite_queue()) as lite:
@@ -454,7 +458,7 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
             lite.execute(statement)
         lite.executemany(insert.replace("%s", "?"), VALID_ROWS)
         assert lite.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall() \
-            == [(*row, "default") for row in VALID_ROWS]
+            == [(*row, "default", 0) for row in VALID_ROWS]
 
 
 def test_the_payload_text_is_stored_byte_for_byte(queue: Any) -> None:
@@ -516,7 +520,7 @@ def test_the_tables_have_the_sqlite_schema_s_columns_in_its_order(queue: Any) ->
     defaults = dict(queue.execute("SELECT column_name, column_default FROM information_schema.columns"
                                   " WHERE table_name = 'messages' AND column_default IS NOT NULL").fetchall())
     assert defaults == {"state": "'ready'::text", "attempts": "0", "generation": "0", "expired_leases": "0",
-                        "queue": "'default'::text"}
+                        "queue": "'default'::text", "lease_token": "0"}
 
 
 def test_the_claim_index_is_partial_and_serves_the_claim_order(queue: Any) -> None:

@@ -90,24 +90,27 @@ def points_of(operation: str) -> frozenset[str]:
 
 
 def lease_argument(lease: Lease) -> str:
-    """A lease as the child's ``--lease`` takes it: ``ID:GEN:ATTEMPT:UNTIL``."""
-    return f"{lease.event_id}:{lease.generation}:{lease.attempt}:{lease.lease_until}"
+    """A lease as the child's ``--lease`` takes it: ``ID:GEN:ATTEMPT:UNTIL:TOKEN``."""
+    return (
+        f"{lease.event_id}:{lease.generation}:{lease.attempt}:{lease.lease_until}"
+        f":{lease.token}"
+    )
 
 
 def parse_lease_argument(text: str) -> Lease:
-    """``ID:GEN:ATTEMPT:UNTIL`` back into a Lease (the ``type=`` of ``--lease``)."""
+    """``ID:GEN:ATTEMPT:UNTIL:TOKEN`` back into a Lease (the ``type=`` of ``--lease``)."""
     parts = text.split(":")
-    if len(parts) != 4 or not parts[0]:
+    if len(parts) != 5 or not parts[0]:
         raise argparse.ArgumentTypeError(
-            f"a lease is ID:GEN:ATTEMPT:UNTIL, got {text!r}"
+            f"a lease is ID:GEN:ATTEMPT:UNTIL:TOKEN, got {text!r}"
         )
     try:
-        generation, attempt, lease_until = (int(part) for part in parts[1:])
+        generation, attempt, lease_until, token = (int(part) for part in parts[1:])
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"a lease's GEN, ATTEMPT and UNTIL are integers, got {text!r}"
+            f"a lease's GEN, ATTEMPT, UNTIL and TOKEN are integers, got {text!r}"
         ) from None
-    return Lease(parts[0], generation, attempt, lease_until)
+    return Lease(parts[0], generation, attempt, lease_until, token)
 
 
 def child_command(
@@ -173,6 +176,8 @@ def child_command(
             str(lease.generation),
             str(lease.attempt),
             str(lease.lease_until),
+            "--token",
+            str(lease.token),
         ]
         if operation == "extend":
             command += ["--lease-seconds", str(lease_seconds)]
@@ -277,6 +282,7 @@ def _parser() -> argparse.ArgumentParser:
         op.add_argument("generation", type=int)
         op.add_argument("attempt", type=int)
         op.add_argument("lease_until", type=int)
+        op.add_argument("--token", type=int, default=0)
         if name == "extend":
             op.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS)
         elif name == "release":
@@ -381,7 +387,9 @@ def _run(store: Store, args: argparse.Namespace) -> None:
     elif args.operation == "complete_many":
         store.complete_many(args.leases, _handler(args.category, args.receipts))
     elif args.operation in ("complete", "fail", "extend", "release"):
-        lease = Lease(args.event_id, args.generation, args.attempt, args.lease_until)
+        lease = Lease(
+            args.event_id, args.generation, args.attempt, args.lease_until, args.token
+        )
         if args.operation == "extend":
             store.extend(lease, args.lease_seconds)
         elif args.operation == "release":
