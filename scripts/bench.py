@@ -61,6 +61,7 @@ from queue_core import Handler, ModelClock, Store, ledger, work
 from queue_core import statements
 from queue_core.engines import sqlite as sqlite_engine
 from queue_core.envelope import MAX_LINES, parse_batch
+from queue_core.values import new_lease_token
 
 NOW = 1000
 AMOUNT = 7  # cents per message: the money check is messages * AMOUNT
@@ -187,9 +188,10 @@ def measure_bare(folder: Path, messages: int) -> float:
     try:
         with timed() as seconds:
             while True:
+                token = new_lease_token()  # the claim's own, as Store draws it
                 row = conn.execute(claim, {"now": NOW, "until": NOW + 600, "lease_seconds": 600, "wanted": 1,
                                            "max_attempts": 3, "lease_expired": "lease_expired",
-                                           "queue": "default"}).fetchone()
+                                           "queue": "default", "token": token}).fetchone()
                 if row is None:
                     break
                 event_id, payload, generation = row[0], json.loads(row[1]), row[4]
@@ -197,7 +199,7 @@ def measure_bare(folder: Path, messages: int) -> float:
                 conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
                              (event_id, payload["category"], payload["amount_cents"]))
                 acked = conn.execute(ack, {"now": NOW, "event_id": event_id, "generation": generation,
-                                           "queue": "default"}).rowcount
+                                           "queue": "default", "token": token}).rowcount
                 if acked != 1:
                     raise SystemExit(f"bare: {event_id} was not acknowledged")
                 conn.execute("COMMIT")
@@ -375,14 +377,15 @@ class PostgresDatabases:
                   "max_attempts": 3, "lease_expired": "lease_expired", "queue": "default"}
         with psycopg.connect(self.cluster.conninfo(url.split("/")[3].split("?")[0]), autocommit=True) as conn:
             with timed() as seconds:
-                while (row := conn.execute(claim, wanted).fetchone()) is not None:
+                while (row := conn.execute(claim, {**wanted, "token": (token := new_lease_token())}
+                                           ).fetchone()) is not None:
                     event_id, payload, generation = row[0], json.loads(row[1]), row[4]
                     with conn.pipeline():
                         conn.execute("BEGIN")
                         conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (%s, %s, %s)",
                                      (event_id, payload["category"], payload["amount_cents"]))
                     acked = conn.execute(ack, {"now": None, "event_id": event_id, "generation": generation,
-                                               "queue": "default"})
+                                               "queue": "default", "token": token})
                     if acked.rowcount != 1:
                         raise SystemExit(f"postgresql bare: {event_id} was not acknowledged")
                     conn.execute("COMMIT")

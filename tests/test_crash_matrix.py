@@ -257,14 +257,19 @@ def test_the_batch_child_takes_its_count_and_its_leases(tmp_path: Path) -> None:
     # One read finds the three, then one update each.
     assert claimed.stdout.split() == ["claim_many.after_begin", "claim.after_read"] + ["claim.after_update"] * 3 + [
         "claim_many.before_commit", "claim_many.after_commit"]
-    with Store(db) as store:
-        leases = [Lease(m.event_id, m.generation, m.attempts, m.lease_until or 0)
-                  for m in store.messages("leased")]
+    # the leases as the child's claim made them: with the token it stored (one per claim)
+    with closing(sqlite3.connect(db)) as conn:
+        leases = [Lease(*row) for row in conn.execute(
+            "SELECT event_id, generation, attempts, lease_until, lease_token FROM messages"
+            " WHERE state = 'leased' ORDER BY event_id")]
     assert [(lease.event_id, lease.lease_until) for lease in leases] == [
         ("E0001", 1005), ("E0002", 1005), ("E0003", 1005)]
-    assert [parse_lease_argument(lease_argument(lease)) for lease in leases] == leases
+    token = leases[0].token
+    assert token != 0 and {lease.token for lease in leases} == {token}
+    assert [(again, again.token) for again in map(parse_lease_argument, map(lease_argument, leases))] == [
+        (lease, token) for lease in leases]
     command = child_command(db, "complete_many", leases=leases[::-1], now=1001, trace=True)
-    assert command.count("--lease") == 3 and command[command.index("--lease") + 1] == "E0003:1:1:1005"
+    assert command.count("--lease") == 3 and command[command.index("--lease") + 1] == f"E0003:1:1:1005:{token}"
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.split().count("complete.after_update") == 3
@@ -274,7 +279,8 @@ def test_the_batch_child_takes_its_count_and_its_leases(tmp_path: Path) -> None:
     assert check_invariants(state, events=events, expected_total=6, finished=False) == []
     # A malformed lease, a count the store refuses: usage errors (2), the file untouched.
     for bad in (["complete_many", str(db), "--lease", "E0004:1:1", "--now", "1001", "--trace"],
-                ["complete_many", str(db), "--lease", "E0004:x:1:9", "--now", "1001", "--trace"],
+                ["complete_many", str(db), "--lease", "E0004:1:1:9", "--now", "1001", "--trace"],
+                ["complete_many", str(db), "--lease", "E0004:x:1:9:5", "--now", "1001", "--trace"],
                 ["claim_many", str(db), "--count", "0", "--now", "1001", "--trace"],
                 ["claim_many", str(db), "--count", "1001", "--now", "1001", "--trace"]):
         result = subprocess.run([*child_command(db, "claim", now=0, trace=True)[:3], *bad],

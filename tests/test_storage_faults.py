@@ -45,11 +45,20 @@ from queue_core.engines.sqlite import SCHEMA_VERSION
 ROOT = Path(__file__).resolve().parent.parent
 NOW = 1000
 EXIT = {"disk_full": 1, "read_only": 1, "database_busy": 1, "not_a_queue_database": 2, "schema_too_new": 2}
-# The lease that build_queue leaves open on E0003 (deterministic: model clock, first claim).
-LEASE = Lease("E0003", generation=1, attempt=1, lease_until=NOW + 100)
+# The lease that build_queue leaves open on E0003 (deterministic: model clock, first
+# claim, and the claim's random token fixed).
+LEASE = Lease("E0003", generation=1, attempt=1, lease_until=NOW + 100, token=4242)
 
 
 # ----------------------------------------------------------------- helpers
+
+
+@pytest.fixture(autouse=True)
+def fixed_lease_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claim here draws LEASE's token: a file after an operation is compared
+    with the same operation's result on a copy, value for value."""
+    monkeypatch.setattr("queue_core.store.new_lease_token", lambda: LEASE.token)
+
 
 
 def line(event_id: str, **payload: Any) -> str:
@@ -65,7 +74,8 @@ def build_queue(path: Path) -> None:
         store.complete(store.claim(100), Handler())  # E0000: dead (toy)
         store.complete(store.claim(100), Handler())  # E0001: done, effect 100
         store.fail(store.claim(100), "flaky")  # E0002: ready again at 1001
-        assert store.claim(100) == LEASE  # E0003: leased until 1100
+        lease = store.claim(100)
+        assert lease == LEASE and lease.token == LEASE.token  # E0003: leased until 1100
     # The store is closed: its last connection checkpointed everything into one file.
     assert not path.with_name(path.name + "-wal").exists()
 

@@ -375,20 +375,26 @@ def test_a_forever_worker_waits_out_a_busy_database(tmp_path: Path, folder: Path
         store.enqueue(line("E0001"))
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # the write lock, until ROLLBACK
-    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "--db", str(db), "--busy-timeout", "0.2",
-                             "work", "--handler", "myapp:handle", "--forever", "--poll", "0.1"],
-                            cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = tmp_path / "stderr.txt"
+    with open(errors, "w", encoding="utf-8") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "queue_core", "--db", str(db), "--busy-timeout", "0.2",
+                                 "work", "--handler", "myapp:handle", "--forever", "--poll", "0.1"],
+                                cwd=folder, stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
-        time.sleep(1.5)  # several busy waits of 0.2 s, and pauses between them
+        # Not a fixed sleep: a loaded machine may take longer than any guess to
+        # start the worker. Two busy waits reported, and it is still running.
+        wait_for(lambda: errors.read_text(encoding="utf-8").count("database_busy") >= 2,
+                 "two busy waits reported")
         assert proc.poll() is None
         holder.execute("ROLLBACK")
         with Store(db) as store:
             wait_for(lambda: states(store) == {"E0001": "done"}, "E0001 once the lock is free")
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=30)
     finally:
         proc.kill()
         holder.close()
+    err = errors.read_text(encoding="utf-8")
     assert proc.returncode == 0, err
     assert json.loads(out)["done"] == 1
     assert "queue-core: database_busy: " in err and "; trying again in 0.1 s" in err, err
