@@ -469,6 +469,48 @@ def _follow_server(cut: Cut, admin_url: str, link: Link, expiry: float) -> None:
         cut.at(event, moment)
 
 
+# --------------------------------------------------------------- the page
+
+_ARROWS: Final = {
+    "claim": "W->>P: claim {id} (generation 1), COMMIT",
+    "effect": "W->>P: BEGIN, INSERT the effect, UPDATE to done",
+    "link cut": "Note over W,P: +{at} s the link is cut",
+    "server ends the cut session": "Note over P: +{at} s the server ends the cut session",
+    "lease expiry": "Note over P: +{at} s the lease of generation 1 expires",
+    "other worker's claim": "O->>P: +{at} s claim {id} (generation 2)",
+    "other worker's completion": "O->>P: +{at} s effect, done, COMMIT",
+    "link restored": "Note over W,P: +{at} s the link is back",
+}
+
+
+def sequence_diagram(cut: Mapping[str, Any]) -> str:
+    """A mermaid sequenceDiagram of one recorded cut (``Cut.to_dict()``)."""
+    lines = ["sequenceDiagram", "    participant W as cut worker",
+             "    participant P as PostgreSQL", "    participant O as other worker"]
+    committed = cut["commit_fate"] == "committed"
+    for item in cut["timeline"]:
+        event, at = item["event"], f"{item['at']:.2f}"
+        if event == "COMMIT sent":
+            arrow = "W->>P" if cut["when"] == "commit" else "W-xP"
+            lines.append(f"    {arrow}: +{at} s COMMIT")
+        elif event.startswith("error seen"):
+            if cut["when"] == "claim":
+                lines.append("    W-xP: complete: BEGIN, SELECT (never acknowledged)")
+            if committed:
+                lines.append("    P--xW: COMMIT done, its answer is lost")
+            lines.append(f"    Note over W: +{at} s StorageError {cut['error_code']}")
+        elif event.startswith("retry"):
+            lines.append("    W->>P: complete again, same lease (generation 1)")
+            code = event.removeprefix("retry: ")
+            said = "LeaseLost, nothing written" if code == "lease_lost" else code
+            lines.append(f"    P-->>W: +{at} s {said}")
+        else:
+            lines.append("    " + _ARROWS[event].format(at=at, id=EVENT_ID))
+            if event == "server ends the cut session" and cut["when"] == "effect":
+                lines.append("    P->>P: rolls back the effect, unlocks the row")
+    return "\n".join(lines) + "\n"
+
+
 def _need(value: Any) -> Any:
     if value is None:
         raise RuntimeError("the worker did not report in time")

@@ -45,10 +45,7 @@ ALTER TABLE effects ADD CONSTRAINT effects_event_id_fkey FOREIGN KEY (queue, eve
     REFERENCES messages (queue, event_id);
 """
 
-# libpq's defaults here: a worker whose link to the server dies raises
-# connection_lost within about a minute instead of waiting forever (keepalives
-# bound a wait for an answer, tcp_user_timeout a request the server never
-# acknowledged). A URL's own parameter of the same name wins.
+# A dead link raises connection_lost within about a minute, not never; a URL's own win.
 CONNECT_DEFAULTS: Final = {
     "connect_timeout": "10",
     "keepalives": "1",
