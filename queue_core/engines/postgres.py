@@ -45,6 +45,16 @@ ALTER TABLE effects ADD CONSTRAINT effects_event_id_fkey FOREIGN KEY (queue, eve
     REFERENCES messages (queue, event_id);
 """
 
+# A dead link raises connection_lost within about a minute, not never; a URL's own win.
+CONNECT_DEFAULTS: Final = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
+
 # ``?`` outside quoted strings, in a caller's SQL (the store's own statements
 # are written for psycopg already).
 _QMARK = re.compile(r"'(?:[^']|'')*'|\?")
@@ -107,7 +117,11 @@ class PostgresConnection:
         self._begin: str | None = None  # a BEGIN that waits for its first statement
         self._pipeline: Any = None  # psycopg's pipeline, inside ``together``
         try:
-            self.raw = psycopg.connect(url, autocommit=True)
+            given = psycopg.conninfo.conninfo_to_dict(url)
+            defaults = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in given}
+            self.raw = psycopg.connect(
+                psycopg.conninfo.make_conninfo(url, **defaults), autocommit=True
+            )
         # never connected: nothing was lost, nothing was written
         except psycopg.Error as exc:
             raise StorageError(
