@@ -62,10 +62,6 @@ SHORT: Final = {"connect_timeout": "3", "keepalives": "1", "keepalives_idle": "1
                 "keepalives_interval": "1", "keepalives_count": "2",
                 "tcp_user_timeout": "2000"}
 SHORT_BOUND: Final = 3.0  # seconds after the cut, by SHORT
-# The server's own bounds: a cut worker's session (and its row locks) ends
-# seconds after its last packet, not hours.
-SERVER_SETTINGS: Final = ("tcp_keepalives_idle = 1", "tcp_keepalives_interval = 1",
-                          "tcp_keepalives_count = 2", "tcp_user_timeout = 2000")
 COMMIT_SLEEP: Final = 3.0  # seconds the server spends inside COMMIT (scenario commit)
 SLOW_COMMIT: Final = f"""
 CREATE FUNCTION netcut_slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -166,8 +162,10 @@ def server_settings(folder: Path, link: Link) -> tuple[str, ...]:
     hba.write_text("local all all trust\n"
                    f"host all all {link.block} trust\n")
     hba.chmod(0o644)
-    return (f"listen_addresses = '{link.server_address}'", f"hba_file = '{hba}'",
-            *SERVER_SETTINGS)
+    # No keepalive settings of the server's own: the store gives each session
+    # its client's bounds (engines.postgres.server_bounds), so a cut worker's
+    # session and its row locks end seconds after its last packet, not hours.
+    return (f"listen_addresses = '{link.server_address}'", f"hba_file = '{hba}'")
 
 
 def tcp_url(link: Link, dbname: str, params: Mapping[str, str], port: int = 5432) -> str:

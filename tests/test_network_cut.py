@@ -185,3 +185,19 @@ def test_the_engine_sets_bounds_that_a_url_overrides(postgres_url: str) -> None:
     assert options(postgres_url) == CONNECT_DEFAULTS
     given = options(postgres_url + "&keepalives_idle=7&tcp_user_timeout=0")
     assert given == {**CONNECT_DEFAULTS, "keepalives_idle": "7", "tcp_user_timeout": "0"}
+
+
+def test_the_server_side_of_the_session_gets_the_clients_bounds() -> None:
+    # Without them the server keeps a cut worker's transaction, and its row
+    # lock, until the kernel's keepalives give up (two hours by default): the
+    # cut tests above fail when the store does not send these (checked).
+    from queue_core.engines.postgres import CONNECT_DEFAULTS, server_bounds
+
+    assert server_bounds(CONNECT_DEFAULTS) == (
+        "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; "
+        "SET tcp_keepalives_count = 3; SET tcp_user_timeout = 60000")
+    shorter = server_bounds({**CONNECT_DEFAULTS, "keepalives_idle": "7"})  # the URL's own wins
+    assert shorter is not None and shorter.startswith("SET tcp_keepalives_idle = 7;")
+    assert server_bounds({**CONNECT_DEFAULTS, "keepalives": "0"}) is None  # as libpq: no bounds at all
+    with pytest.raises(ValueError):
+        server_bounds({**CONNECT_DEFAULTS, "keepalives_idle": "1; DROP TABLE messages"})

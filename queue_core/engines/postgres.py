@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
@@ -54,6 +54,29 @@ CONNECT_DEFAULTS: Final = {
     "keepalives_count": "3",
     "tcp_user_timeout": "60000",
 }
+
+
+
+def server_bounds(bounds: Mapping[str, Any]) -> str | None:
+    """The server's side of the session gets the client's bounds for a dead link.
+
+    A worker cut between its effect and COMMIT leaves its transaction open on
+    the server, holding its message's row; the server only ends it when its
+    own keepalives give up (with the kernel's defaults, after two hours). These
+    settings are the session's own (any user may set them; a Unix socket
+    ignores them). ``keepalives=0`` leaves the server's as they are.
+    """
+    if str(bounds.get("keepalives", "1")) == "0":
+        return None
+    settings = {
+        "tcp_keepalives_idle": bounds["keepalives_idle"],
+        "tcp_keepalives_interval": bounds["keepalives_interval"],
+        "tcp_keepalives_count": bounds["keepalives_count"],
+        "tcp_user_timeout": bounds["tcp_user_timeout"],
+    }
+    # int(): libpq took these values already; nothing but a number is pasted in
+    return "; ".join(f"SET {name} = {int(value)}" for name, value in settings.items())
+
 
 # ``?`` outside quoted strings, in a caller's SQL (the store's own statements
 # are written for psycopg already).
@@ -122,6 +145,7 @@ class PostgresConnection:
             self.raw = psycopg.connect(
                 psycopg.conninfo.make_conninfo(url, **defaults), autocommit=True
             )
+            bounds = {**defaults, **given}
         # never connected: nothing was lost, nothing was written
         except psycopg.Error as exc:
             raise StorageError(
@@ -134,6 +158,9 @@ class PostgresConnection:
         # 0 would switch PostgreSQL's lock timeout off (wait forever); SQLite's 0
         # means do not wait.
         self.execute(f"SET lock_timeout = {max(1, int(busy_timeout_ms))}")
+        own_bounds = server_bounds(bounds)
+        if own_bounds is not None:
+            self.execute(own_bounds)
 
     def begin(self, statement: str) -> None:
         """Begin a transaction with the next statement: both go in one round trip."""
