@@ -1,0 +1,260 @@
+"""The FUSE process of a power-cut filesystem: ``python -m proof.powerfs_daemon ...``.
+
+It mounts a pass-through filesystem over a live directory (a copy of the disk
+it was started on) and keeps the durable image beside it (``powerfs_image``).
+A control socket, outside the mount, takes one command a connection:
+
+* ``sync``: everything becomes durable (the harness's fixed point);
+* ``cut MODE SEED``: freeze (from now on no write, truncate, name change or
+  sync reaches either image: each fails with EIO), then write the disk that
+  the cut leaves (``drop`` or ``torn``) into the disk directory; the answer
+  is a JSON count of what was torn;
+* ``stats``: JSON counts.
+
+Locks are not implemented on purpose: without ``lock`` and ``flock``
+operations the kernel keeps POSIX and ``flock`` locks itself, between the
+processes of this machine, which is what SQLite and queue_core need. Nor is
+``direct_io`` set: SQLite's ``-shm`` file must be shared through ``mmap``,
+which the kernel's page cache provides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from proof.powerfs_image import MODES, Images, Mode
+
+T = TypeVar("T")
+
+
+class _Frozen(Exception):
+    pass
+
+
+class PowerOperations:
+    """The mount's operations (mfusepy calls them by name), each under one lock."""
+
+    use_ns = True  # times in nanoseconds (mfusepy)
+
+    def __init__(self, images: Images) -> None:
+        self.images = images
+        self.live = images.live
+        self._mutex = threading.Lock()
+        self.frozen = False
+
+    def _real(self, path: str) -> str:
+        return os.path.join(self.live, path.lstrip("/"))
+
+    @staticmethod
+    def _relative(path: str) -> str:
+        return path.strip("/")
+
+    @staticmethod
+    def _parent(path: str) -> str:
+        return os.path.dirname(path.strip("/"))
+
+    def _change(self, action: Callable[[], T]) -> T:
+        """Run a change of the live image, unless the power is cut (then: EIO)."""
+        with self._mutex:
+            if self.frozen:
+                raise OSError(errno.EIO, "the power is cut")
+            return action()
+
+    def _look(self, action: Callable[[], T]) -> T:
+        with self._mutex:
+            return action()
+
+    # ------------------------------------------------------------ reading
+    def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        def look() -> dict[str, Any]:
+            st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
+            return {key: getattr(st, key) for key in (
+                "st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_ino",
+                "st_atime_ns", "st_mtime_ns", "st_ctime_ns")} | {
+                "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
+                "st_ctime": st.st_ctime_ns}
+        return self._look(look)
+
+    def readdir(self, path: str, fh: int) -> Iterator[str]:
+        return iter([".", "..", *self._look(lambda: os.listdir(self._real(path)))])
+
+    def access(self, path: str, amode: int) -> int:
+        if not os.access(self._real(path), amode):
+            raise OSError(errno.EACCES, "no access")
+        return 0
+
+    def statfs(self, path: str) -> dict[str, int]:
+        st = os.statvfs(self.live)
+        return {key: getattr(st, key) for key in (
+            "f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
+            "f_files", "f_flag", "f_frsize", "f_namemax")}
+
+    def open(self, path: str, flags: int) -> int:
+        if flags & os.O_TRUNC:
+            return self._change(lambda: self._open_truncated(path, flags))
+        return self._look(lambda: os.open(self._real(path), flags & ~os.O_CREAT))
+
+    def _open_truncated(self, path: str, flags: int) -> int:
+        fd = os.open(self._real(path), flags)
+        self.images.resized(self._relative(path))
+        return fd
+
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        return self._look(lambda: os.pread(fh, size, offset))
+
+    def flush(self, path: str, fh: int) -> int:
+        return 0
+
+    def release(self, path: str, fh: int) -> int:
+        os.close(fh)
+        return 0
+
+    def releasedir(self, path: str, fh: int) -> int:
+        return 0
+
+    # ------------------------------------------------------------ writing
+    def create(self, path: str, mode: int, flags: int) -> int:
+        def create() -> int:
+            real = self._real(path)
+            existed = os.path.exists(real)
+            fd = os.open(real, flags | os.O_CREAT, mode)
+            if not existed:
+                self.images.new_file(self._relative(path))
+                self.images.renamed(self._parent(path))
+            return fd
+        return self._change(create)
+
+    def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+        def write() -> int:
+            written = os.pwrite(fh, data, offset)
+            self.images.wrote(fh, offset, written)
+            return written
+        return self._change(write)
+
+    def truncate(self, path: str, length: int, fh: int | None = None) -> int:
+        def truncate() -> int:
+            if fh is not None:
+                os.ftruncate(fh, length)
+            else:
+                os.truncate(self._real(path), length)
+            self.images.resized(self._relative(path))
+            return 0
+        return self._change(truncate)
+
+    def fsync(self, path: str, datasync: int, fh: int) -> int:
+        return self._change(lambda: self.images.sync_file(fh)) or 0
+
+    def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
+        return self._change(lambda: self.images.sync_dir(self._relative(path))) or 0
+
+    def unlink(self, path: str) -> int:
+        def unlink() -> int:
+            os.unlink(self._real(path))
+            self.images.renamed(self._parent(path))
+            return 0
+        return self._change(unlink)
+
+    def rename(self, old: str, new: str) -> int:
+        def rename() -> int:
+            if os.path.isdir(self._real(old)):
+                # a directory's subtree is kept by path: moving one is not modelled
+                raise OSError(errno.EXDEV, "powerfs does not move directories")
+            os.rename(self._real(old), self._real(new))
+            self.images.renamed(self._parent(old))
+            if self._parent(new) != self._parent(old):
+                self.images.renamed(self._parent(new))
+            return 0
+        return self._change(rename)
+
+    def mkdir(self, path: str, mode: int) -> int:
+        def mkdir() -> int:
+            os.mkdir(self._real(path), mode)
+            self.images.renamed(self._parent(path))
+            return 0
+        return self._change(mkdir)
+
+    def rmdir(self, path: str) -> int:
+        def rmdir() -> int:
+            os.rmdir(self._real(path))
+            self.images.renamed(self._parent(path))
+            return 0
+        return self._change(rmdir)
+
+    def chmod(self, path: str, mode: int) -> int:
+        return self._change(lambda: os.chmod(self._real(path), mode)) or 0
+
+    def chown(self, path: str, uid: int, gid: int) -> int:
+        return self._change(lambda: os.chown(self._real(path), uid, gid)) or 0
+
+    def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
+        def utimens() -> int:
+            if times is None:
+                os.utime(self._real(path))
+            else:
+                os.utime(self._real(path), ns=times)
+            return 0
+        return self._change(utimens)
+
+    # ------------------------------------------------------------ control
+    def command(self, line: str, disk: Path) -> dict[str, Any]:
+        words = line.split()
+        with self._mutex:
+            if words == ["sync"] and not self.frozen:
+                self.images.sync_all()
+                return {"ok": True}
+            if words == ["stats"]:
+                return {"ok": True, "syncs": self.images.syncs, "frozen": self.frozen}
+            if len(words) == 3 and words[0] == "cut" and words[1] in MODES:
+                self.frozen = True
+                mode: Mode = "drop" if words[1] == "drop" else "torn"
+                counts = self.images.materialize(disk, mode, int(words[2]))
+                return {"ok": True, **counts}
+        return {"ok": False, "error": f"unknown command {line!r}"}
+
+
+def _serve(control: Path, operations: PowerOperations, disk: Path) -> None:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(control))
+    server.listen()
+    while True:
+        connection, _ = server.accept()
+        with connection, connection.makefile("rw", encoding="utf-8") as stream:
+            line = stream.readline()
+            try:
+                answer = operations.command(line, disk)
+            except Exception as exc:  # the harness must hear of it, not hang
+                answer = {"ok": False, "error": repr(exc)}
+            stream.write(json.dumps(answer) + "\n")
+            stream.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="powerfs_daemon")
+    parser.add_argument("--disk", type=Path, required=True)
+    parser.add_argument("--live", type=Path, required=True)
+    parser.add_argument("--mount", type=Path, required=True)
+    parser.add_argument("--control", type=Path, required=True)
+    parser.add_argument("--lying-fsync", action="store_true")
+    args = parser.parse_args(argv)
+    import mfusepy  # the daemon alone needs libfuse
+
+    images = Images.from_disk(args.disk, args.live, lying_fsync=args.lying_fsync)
+    operations = PowerOperations(images)
+    thread = threading.Thread(
+        target=_serve, args=(args.control, operations, args.disk), daemon=True
+    )
+    thread.start()
+    mfusepy.FUSE(operations, str(args.mount), foreground=True, fsname="powerfs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
