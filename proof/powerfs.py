@@ -81,16 +81,18 @@ class PowerFS:
         ]
         if self.lying_fsync:
             command.append("--lying-fsync")
-        self.daemon = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            cwd=Path(__file__).resolve().parent.parent,
-        )
+        # its messages go to a file: a pipe nobody reads could fill and stop it
+        with open(self.root / "daemon.log", "a", encoding="utf-8") as messages:
+            self.daemon = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=messages, text=True,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
         deadline = time.monotonic() + MOUNT_SECONDS
         while not (os.path.ismount(self.mountpoint) and self.control.exists()):
             if self.daemon.poll() is not None:
-                _, err = self.daemon.communicate()
                 self.daemon = None
-                raise RuntimeError(f"the powerfs daemon exited: {err.strip()}")
+                log = (self.root / "daemon.log").read_text(encoding="utf-8")
+                raise RuntimeError(f"the powerfs daemon exited: {log[-2000:]}")
             if time.monotonic() > deadline:
                 self._stop_daemon()
                 raise TimeoutError("the powerfs mount did not appear")
@@ -158,8 +160,6 @@ class PowerFS:
         except subprocess.TimeoutExpired:
             self.daemon.kill()
             self.daemon.wait()
-        if self.daemon.stderr is not None:
-            self.daemon.stderr.close()
         self.daemon = None
 
 

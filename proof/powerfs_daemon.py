@@ -211,7 +211,8 @@ class PowerOperations:
                 self.images.sync_all()
                 return {"ok": True}
             if words == ["stats"]:
-                return {"ok": True, "syncs": self.images.syncs, "frozen": self.frozen}
+                return {"ok": True, "syncs": self.images.syncs,
+                        "dir_syncs": self.images.dir_syncs, "frozen": self.frozen}
             if len(words) == 3 and words[0] == "cut" and words[1] in MODES:
                 self.frozen = True
                 mode: Mode = "drop" if words[1] == "drop" else "torn"
@@ -252,7 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         target=_serve, args=(args.control, operations, args.disk), daemon=True
     )
     thread.start()
-    mfusepy.FUSE(operations, str(args.mount), foreground=True, fsname="powerfs")
+    # kernel_cache: the page cache is not thrown away at each open (every change
+    # passes through this mount, so it is never stale), which keeps the pages
+    # of SQLite's -shm that other processes have mapped. hard_remove: unlink a
+    # file that is still open at once, instead of libfuse renaming it to
+    # .fuse_hidden* (a name change the durable image would have to follow).
+    mfusepy.FUSE(operations, str(args.mount), foreground=True, fsname="powerfs",
+                 kernel_cache=True, hard_remove=True)
     return 0
 
 

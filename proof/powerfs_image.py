@@ -49,6 +49,8 @@ class _File:
     durable: bytearray = field(default_factory=bytearray)
     sizes: list[int] = field(default_factory=list)  # each size it had, oldest first
     versions: dict[int, list[bytes]] = field(default_factory=dict)  # unit -> versions
+    # found in the live directory, not made through the mount: its next sync reads it whole
+    found: bool = False
 
 
 @dataclass
@@ -61,7 +63,8 @@ class Images:
     identity: dict[int, int] = field(default_factory=dict)  # live st_ino -> identity
     durable_dirs: dict[str, Names] = field(default_factory=dict)  # "" is the root
     dir_history: dict[str, list[Names]] = field(default_factory=dict)
-    syncs: int = 0
+    syncs: int = 0  # file syncs that reached the durable image
+    dir_syncs: int = 0
 
     # ------------------------------------------------------------------ start
     @classmethod
@@ -72,7 +75,7 @@ class Images:
         shutil.copytree(disk, live)
         images = cls(live, lying_fsync=lying_fsync)
         images.sync_all()
-        images.syncs = 0
+        images.syncs = images.dir_syncs = 0
         return images
 
     def _path(self, relative: str) -> Path:
@@ -85,9 +88,9 @@ class Images:
         self.files[self.identity[ino]] = _File()
 
     def _file_of(self, ino: int) -> _File:
-        if ino not in self.identity:  # not made through the mount (never happens in a run)
+        if ino not in self.identity:  # copied from the disk at the mount
             self.identity[ino] = len(self.files) + 1
-            self.files[self.identity[ino]] = _File()
+            self.files[self.identity[ino]] = _File(found=True)
         return self.files[self.identity[ino]]
 
     # ----------------------------------------------------------------- files
@@ -118,6 +121,9 @@ class Images:
             return
         st = os.fstat(fd)
         f = self._file_of(st.st_ino)
+        if f.found:
+            f.durable = bytearray(os.pread(fd, st.st_size, 0))
+            f.found = False
         # Bytes past the smallest size it had since its last sync were cut off
         # (and, if it grew again, are zeros or were written, hence in versions).
         keep = min([len(f.durable), *f.sizes])
@@ -130,6 +136,11 @@ class Images:
         f.sizes.clear()
         f.versions.clear()
         self.syncs += 1
+        if os.environ.get("POWERFS_DEBUG"):
+            live = os.pread(fd, st.st_size + 1, 0)
+            if live != bytes(f.durable):
+                import sys
+                print("MISMATCH", st.st_ino, len(live), len(f.durable), file=sys.stderr, flush=True)
 
     # ----------------------------------------------------------- directories
     def names(self, relative: str) -> Names:
@@ -157,7 +168,7 @@ class Images:
             return
         self.durable_dirs[relative] = self.names(relative)
         self.dir_history.pop(relative, None)
-        self.syncs += 1
+        self.dir_syncs += 1
 
     def sync_all(self) -> None:
         """Everything live becomes durable (a clean shutdown's ``sync``): the harness's fixed point."""
