@@ -142,8 +142,11 @@ class PowerFS:
         if self.daemon is None:
             return
         if not self._cut and self.daemon.poll() is None:
-            self.ask("sync")
-            self.ask("cut drop 0")
+            try:
+                self.ask("sync")
+                self.ask("cut drop 0")
+            except (OSError, RuntimeError):
+                pass  # frozen or gone: the disk keeps what the last cut wrote
         self._cut = False
         if os.path.ismount(self.mountpoint):
             done = subprocess.run(["fusermount3", "-u", str(self.mountpoint)],
