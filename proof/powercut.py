@@ -197,6 +197,8 @@ class _Ledger:
     enqueued: set[str] = field(default_factory=set)  # by a producer that exited 0
     observed_done: set[str] = field(default_factory=set)
     printed_done: int = 0  # the sum of the summaries workers printed
+    producers_cut: int = 0  # producers the cut killed before they answered
+    workers_cut: int = 0
     counted_lost: set[str] = field(default_factory=set)
 
 
@@ -272,7 +274,8 @@ def queue_cuts(
             fs.unmount()
     run.acknowledged = len(book.enqueued | book.observed_done)
     run.details = {"enqueued": len(book.enqueued), "observed_done": len(book.observed_done),
-                   "printed_done": book.printed_done, "sent": len(book.sent)}
+                   "printed_done": book.printed_done, "sent": len(book.sent),
+                   "producers_cut": book.producers_cut, "workers_cut": book.workers_cut}
     run.seconds = round(time.monotonic() - began, 1)
     return run
 
@@ -287,8 +290,11 @@ def _collect(
         p.communicate()
         if p.returncode == 0:
             book.enqueued |= set(share)
+        else:
+            book.producers_cut += 1
     for p in working:
         out, err = p.communicate()
+        book.workers_cut += p.returncode != 0
         if p.returncode == 0:
             try:
                 book.printed_done += WorkSummary(**json.loads(out)).done
