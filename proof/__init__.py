@@ -4,6 +4,10 @@
 * ``matrix``: the crash matrix, every point of every write operation, each
   with a real child process that dies there;
 * ``chaos``: random kills of real worker processes, and lock contention;
+* ``powerfs`` (with ``powerfs_image``, ``powerfs_daemon``): a FUSE filesystem
+  that keeps only what was synced, and cuts the power;
+* ``powercut`` (with ``powercut_programs``, ``powercut_table``): raw SQLite and
+  the queue's real processes under those cuts;
 * ``records``: what those runs found, kept (JSON, in a folder the caller
   names) with a fingerprint of the code they ran on, for the page "How we know".
 

@@ -51,7 +51,7 @@ from proof.matrix import BOOK, PEN, START, batch_text, work_folder
 from proof.powerfs import PowerFS, users_of
 from proof.powerfs_image import Mode
 
-__all__ = ["LONG", "QUICK", "CutRun", "queue_cuts", "raw_sqlite"]
+__all__ = ["QUICK", "CutRun", "queue_cuts", "raw_sqlite"]
 
 PROGRAMS: Final = (sys.executable, "-m", "proof.powercut_programs")
 QUEUE_CORE: Final = (sys.executable, "-m", "queue_core")
@@ -62,7 +62,6 @@ LEASE_SECONDS: Final = 2
 CUT_WINDOW_SECONDS: Final = (0.05, 0.6)
 START_SECONDS: Final = 20.0  # far more than a process needs to open the file
 QUICK: Final[Mapping[str, int]] = {"cuts": 20, "events_per_cut": 24, "producers": 2, "workers": 2}
-LONG: Final[Mapping[str, int]] = {"cuts": 200, "events_per_cut": 24, "producers": 2, "workers": 3}
 
 
 @dataclass

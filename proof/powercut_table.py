@@ -15,9 +15,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from proof.records import Record
+from proof.records import Record, load_committed
 
-__all__ = ["LONG", "QUICK", "run_table", "table_lines"]
+__all__ = ["LONG", "NAME", "QUICK", "committed_table", "page_table", "run_table", "table_lines"]
+
+NAME: Final = "power-cuts"  # evidence/power-cuts.json
 
 # cuts per subject and mode
 LONG: Final[Mapping[str, int]] = {"raw_cuts": 25, "queue_cuts": 100, "normal_cuts": 15, "seed": 2026}
@@ -65,3 +67,18 @@ def table_lines(record: Record) -> list[str]:
             f"| {row['corruptions']} |"
         )
     return lines
+
+
+def page_table(record: Record | None) -> str:
+    """What a page prints for ``record``: its table, or, without one, that none exists yet."""
+    if record is None:
+        return ("No long power-cut record is committed yet (`evidence/power-cuts.json`): "
+                "nothing is claimed here until `python scripts/powercut.py --long --record` "
+                "has been run and its record committed. The quick cuts of the test suite run "
+                "in `make test` (`tests/test_power_cuts.py`).")
+    return "\n".join(table_lines(record))
+
+
+def committed_table() -> str:
+    """The committed long record, as ``page_table`` prints it."""
+    return page_table(load_committed(NAME))

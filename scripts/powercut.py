@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proof import records  # noqa: E402
-from proof.powercut_table import LONG, QUICK, run_table, table_lines  # noqa: E402
+from proof.powercut_table import LONG, NAME, QUICK, run_table, table_lines  # noqa: E402
 from proof.powerfs import fuse_available  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="queue-core-powercut-") as workdir:
         rows = run_table(params, Path(workdir), progress)
     folder = records.COMMITTED if args.record else Path(tempfile.gettempdir())
-    record = records.save_record("power-cuts", params, rows, by="scripts/powercut.py"
+    record = records.save_record(NAME, params, rows, by="scripts/powercut.py"
                                  + (" --long" if args.long else ""),
                                  seconds=time.monotonic() - began, folder=folder)
     print("\n".join(table_lines(record)))

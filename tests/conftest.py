@@ -85,7 +85,7 @@ def handler() -> Handler:
 # `make check` runs -m "not slow and not postgres": the fast tests on SQLite, for
 # contributors between two edits. `make test` (and so CI) runs everything.
 SLOW_MODULES = {"test_site", "test_run_here", "test_fuzz", "test_storage_faults", "test_bench", "test_crash_matrix",
-                "test_chaos", "test_model", "test_packaging"}
+                "test_chaos", "test_model", "test_packaging", "test_power_cuts"}
 
 
 def pytest_configure(config: pytest.Config) -> None:

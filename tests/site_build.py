@@ -50,7 +50,7 @@ RUN_AXE = """async () => (await axe.run(document, {resultTypes: ["violations"]})
   .map(v => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(", ")}`)"""
 # `python -c DOCS_ONLY_MKDOCS build ...`: mkdocs, with what only `make test`
 # installs (and the test suite itself) unimportable.
-TEST_ONLY = ("pytest", "_pytest", "hypothesis", "playwright", "psycopg", "tests")
+TEST_ONLY = ("pytest", "_pytest", "hypothesis", "playwright", "psycopg", "mfusepy", "tests")
 DOCS_ONLY_MKDOCS = f"""
 import sys
 

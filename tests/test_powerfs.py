@@ -228,6 +228,7 @@ def test_sqlite_in_wal_mode_from_several_processes(powerfs: PowerFS) -> None:
 # ------------------------------------------------------------ negative controls
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_raw_sqlite_at_synchronous_off_loses_committed_rows(tmp_path: Path) -> None:
     require_fuse()
@@ -237,6 +238,7 @@ def test_raw_sqlite_at_synchronous_off_loses_committed_rows(tmp_path: Path) -> N
     assert full.acknowledged > 0 and full.ok, full.to_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_filesystem_whose_fsync_lies_loses_the_queues_work(tmp_path: Path) -> None:
     require_fuse()
@@ -244,6 +246,7 @@ def test_a_filesystem_whose_fsync_lies_loses_the_queues_work(tmp_path: Path) -> 
     assert run.acknowledged > 0 and run.lost == run.acknowledged and not run.ok, run.to_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_queue_forced_to_synchronous_normal_loses_acknowledged_work(tmp_path: Path) -> None:
     require_fuse()
