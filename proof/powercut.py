@@ -37,7 +37,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -111,9 +112,25 @@ def _wait_open(process: subprocess.Popen[str], path: Path) -> None:
         time.sleep(0.002)
 
 
-def _start(*command: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parent.parent)
+def _start(processes: list[subprocess.Popen[str]], *command: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parent.parent)
+    processes.append(process)
+    return process
+
+
+@contextmanager
+def _powered(fs: PowerFS) -> Iterator[list[subprocess.Popen[str]]]:
+    """The run's processes; whatever happens, none outlives the run and the disk is unmounted."""
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        fs.unmount()
 
 
 # ========================================================= raw SQLite controls
@@ -129,36 +146,38 @@ def raw_sqlite(
     rng = random.Random(seed)
     with work_folder(workdir, "queue-core-powercut-") as root:
         fs = PowerFS(root / "fs")
-        acknowledged: set[int] = set()
-        counted_lost: set[int] = set()
-        for cut in range(cuts + 1):
-            mnt = fs.mount()
-            db = mnt / "raw.sqlite3"
-            present = _raw_rows(db, run) if db.exists() else set()
-            if present is None:  # corrupt: counted; a fresh file carries on
-                fs.unmount()
-                _wipe(fs.disk, "raw.sqlite3")
-                acknowledged.clear()
-                counted_lost.clear()
+        with _powered(fs) as processes:
+            acknowledged: set[int] = set()
+            counted_lost: set[int] = set()
+            for cut in range(cuts + 1):
                 mnt = fs.mount()
-                present = set()
-            lost = acknowledged - present - counted_lost
-            run.lost += len(lost)
-            run.cuts_with_losses += bool(lost)
-            counted_lost |= lost
-            if cut == cuts:
-                fs.unmount()
-                break
-            writer = _start(*PROGRAMS, "writer", str(db), synchronous, str((cut + 1) * 1_000_000))
-            _wait_open(writer, db)
-            time.sleep(rng.uniform(*CUT_WINDOW_SECONDS))
-            torn = fs.cut(mode, rng.randrange(2**32), [writer])
-            run.torn_units += int(torn.get("units_unsynced", 0))
-            out, _ = writer.communicate()
-            done = {int(line) for line in out.split()}
-            run.acknowledged += len(done)
-            acknowledged |= done
-            run.cuts += 1
+                db = mnt / "raw.sqlite3"
+                present = _raw_rows(db, run) if db.exists() else set()
+                if present is None:  # corrupt: counted; a fresh file carries on
+                    fs.unmount()
+                    _wipe(fs.disk, "raw.sqlite3")
+                    acknowledged.clear()
+                    counted_lost.clear()
+                    mnt = fs.mount()
+                    present = set()
+                lost = acknowledged - present - counted_lost
+                run.lost += len(lost)
+                run.cuts_with_losses += bool(lost)
+                counted_lost |= lost
+                if cut == cuts:
+                    fs.unmount()
+                    break
+                first = str((cut + 1) * 1_000_000)  # each cut's rows have ids of their own
+                writer = _start(processes, *PROGRAMS, "writer", str(db), synchronous, first)
+                _wait_open(writer, db)
+                time.sleep(rng.uniform(*CUT_WINDOW_SECONDS))
+                torn = fs.cut(mode, rng.randrange(2**32), [writer])
+                run.torn_units += int(torn.get("units_unsynced", 0))
+                out, _ = writer.communicate()
+                done = {int(line) for line in out.split()}
+                run.acknowledged += len(done)
+                acknowledged |= done
+                run.cuts += 1
     run.seconds = round(time.monotonic() - began, 1)
     return run
 
@@ -218,59 +237,62 @@ def queue_cuts(
     command = (*PROGRAMS, "queue-normal") if normal else QUEUE_CORE
     with work_folder(workdir, "queue-core-powercut-") as root:
         fs = PowerFS(root / "fs", lying_fsync=lying_fsync)
-        mnt = fs.mount()
-        db = mnt / "queue.sqlite3"
-        with Store(db, clock=ModelClock(START)) as store:
-            ledger.install(store)
-        fs.sync()
-        for cut in range(cuts):
-            now = START + cut * ROUND_STEP_SECONDS
-            if cut:
-                mnt = fs.mount()
-                if not _check_after_cut(db, book, run, cut):
-                    fs.unmount()
-                    break
-            during_enqueue = cut % 2 == 0
-            events = {
-                f"E{n:04d}": {"category": rng.choice((BOOK, PEN)), "amount_cents": rng.randrange(1, 10_000)}
-                for n in range(cut * events_per_cut + 1, (cut + 1) * events_per_cut + 1)
-            }
-            book.sent |= events
-            ids = list(events)
-            shares = [ids[i::producers] for i in range(producers)]
-            batches = []
-            for i, share in enumerate(shares):
-                batch = root / f"batch-{cut}-{i}.jsonl"
-                batch.write_text(batch_text({e: events[e] for e in share}), encoding="utf-8")
-                batches.append(batch)
-            started: list[subprocess.Popen[str]] = []
-            observer = _start(*PROGRAMS, "observe", str(db))
-            started.append(observer)
-            making = [_start(*command, "--db", str(db), "--now", str(now), "enqueue", str(b))
-                      for b in batches]
-            started += making
-            if during_enqueue:
-                _wait_open(making[0], db)
-            else:  # the producers finish first: the cut lands in the work
-                for p in making:
-                    p.wait(timeout=START_SECONDS)
-            working = [_start(*command, "--db", str(db), "--now", str(now), "work",
-                              "--lease-seconds", str(LEASE_SECONDS)) for _ in range(workers)]
-            started += working
-            if not during_enqueue:
-                _wait_open(working[0], db)
-            time.sleep(rng.uniform(*CUT_WINDOW_SECONDS))
-            torn = fs.cut(mode, rng.randrange(2**32), started)
-            run.torn_units += int(torn.get("units_unsynced", 0))
-            _collect(making, shares, working, observer, book, run)
-            run.cuts += 1
-            if progress:
-                progress(f"{subject} {mode}: cut {run.cuts}/{cuts}, lost {run.lost}")
-        else:
+        with _powered(fs) as processes:
             mnt = fs.mount()
-            if _check_after_cut(db, book, run, cuts):
-                _final_drain(db, book, run, START + cuts * ROUND_STEP_SECONDS)
-            fs.unmount()
+            db = mnt / "queue.sqlite3"
+            with Store(db, clock=ModelClock(START)) as store:
+                ledger.install(store)
+            fs.sync()
+            for cut in range(cuts):
+                now = START + cut * ROUND_STEP_SECONDS
+                if cut:
+                    mnt = fs.mount()
+                    if not _check_after_cut(db, book, run, cut):
+                        fs.unmount()
+                        break
+                during_enqueue = cut % 2 == 0
+                events = {
+                    f"E{n:04d}": {"category": rng.choice((BOOK, PEN)),
+                                  "amount_cents": rng.randrange(1, 10_000)}
+                    for n in range(cut * events_per_cut + 1, (cut + 1) * events_per_cut + 1)
+                }
+                book.sent |= events
+                ids = list(events)
+                shares = [ids[i::producers] for i in range(producers)]
+                batches = []
+                for i, share in enumerate(shares):
+                    batch = root / f"batch-{cut}-{i}.jsonl"
+                    batch.write_text(batch_text({e: events[e] for e in share}), encoding="utf-8")
+                    batches.append(batch)
+                started: list[subprocess.Popen[str]] = []
+                observer = _start(processes, *PROGRAMS, "observe", str(db))
+                started.append(observer)
+                making = [_start(processes, *command, "--db", str(db), "--now", str(now),
+                                 "enqueue", str(b))
+                          for b in batches]
+                started += making
+                if during_enqueue:
+                    _wait_open(making[0], db)
+                else:  # the producers finish first: the cut lands in the work
+                    for p in making:
+                        p.wait(timeout=START_SECONDS)
+                working = [_start(processes, *command, "--db", str(db), "--now", str(now), "work",
+                                  "--lease-seconds", str(LEASE_SECONDS)) for _ in range(workers)]
+                started += working
+                if not during_enqueue:
+                    _wait_open(working[0], db)
+                time.sleep(rng.uniform(*CUT_WINDOW_SECONDS))
+                torn = fs.cut(mode, rng.randrange(2**32), started)
+                run.torn_units += int(torn.get("units_unsynced", 0))
+                _collect(making, shares, working, observer, book, run)
+                run.cuts += 1
+                if progress:
+                    progress(f"{subject} {mode}: cut {run.cuts}/{cuts}, lost {run.lost}")
+            else:
+                mnt = fs.mount()
+                if _check_after_cut(db, book, run, cuts):
+                    _final_drain(db, book, run, START + cuts * ROUND_STEP_SECONDS)
+                fs.unmount()
     run.acknowledged = len(book.enqueued | book.observed_done)
     run.details = {"enqueued": len(book.enqueued), "observed_done": len(book.observed_done),
                    "printed_done": book.printed_done, "sent": len(book.sent),

@@ -253,3 +253,29 @@ def test_the_queue_forced_to_synchronous_normal_loses_acknowledged_work(tmp_path
     run = queue_cuts(tmp_path, cuts=3, seed=1, normal=True)
     assert run.lost > 0 and not run.ok, run.to_dict()
     assert any("was acknowledged and is gone" in v for v in run.violations)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_that_fails_leaves_no_mount_and_no_process(tmp_path: Path) -> None:
+    require_fuse()
+
+    def stop(line: str) -> None:
+        raise KeyboardInterrupt(line)
+
+    with pytest.raises(KeyboardInterrupt):
+        queue_cuts(tmp_path, cuts=3, seed=1, progress=stop)
+    mounts = Path("/proc/mounts").read_text(encoding="utf-8")
+    assert str(tmp_path) not in mounts
+    assert not any(str(tmp_path) in " ".join(_command_line(pid)) for pid in _pids())
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(encoding="utf-8").split("\0")
+    except OSError:
+        return []
