@@ -136,11 +136,6 @@ class Images:
         f.sizes.clear()
         f.versions.clear()
         self.syncs += 1
-        if os.environ.get("POWERFS_DEBUG"):
-            live = os.pread(fd, st.st_size + 1, 0)
-            if live != bytes(f.durable):
-                import sys
-                print("MISMATCH", st.st_ino, len(live), len(f.durable), file=sys.stderr, flush=True)
 
     # ----------------------------------------------------------- directories
     def names(self, relative: str) -> Names:

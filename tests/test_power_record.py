@@ -7,6 +7,7 @@ code, for other code, and none at all.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,3 +63,22 @@ def test_the_pages_print_the_committed_table(page: str) -> None:
     source = (DOCS / page).read_text(encoding="utf-8")
     assert "from proof.powercut_table import committed_table" in source
     assert "print(committed_table())" in source
+
+
+@pytest.mark.parametrize("page", ["power-cuts.md", "limits.md"])
+def test_the_pages_block_prints_a_stale_record_as_stale(page: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import io
+    import re
+
+    source = (DOCS / page).read_text(encoding="utf-8")
+    blocks = re.findall(r'```python exec="on"\n(.*?)```', source, re.S)
+    code = next(b for b in blocks if "committed_table()" in b)
+    stale = replace(_record(tmp_path), fingerprint="0123456789abcdef")
+    (tmp_path / f"{NAME}.json").write_text(json.dumps(stale.to_dict()), encoding="utf-8")
+    monkeypatch.setattr(records, "COMMITTED", tmp_path)
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        exec(compile(code, page, "exec"), {"__name__": "_code_block"})  # noqa: S102
+    assert "not this code" in shown.getvalue() and "| queue FULL | drop | 100 |" in shown.getvalue()
