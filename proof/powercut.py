@@ -10,8 +10,9 @@ last cut left, work, cut at a random moment, round after round):
   that show the filesystem can lose them.
 * ``queue_cuts()``: producers (``queue-core enqueue``), workers
   (``queue-core work``) and an observer (a reader printing the event ids it
-  sees done) on one queue file. Half the cuts land while producers run, half
-  while only workers do. After each cut: ``integrity_check`` and
+  sees done) on one queue file. Half the cuts land while producers run (at
+  a chosen change of the filesystem: ``arm``), half while only workers do (at
+  a random moment; every fourth round once they finished). After each cut: ``integrity_check`` and
   ``foreign_key_check`` clean and every invariant of a queue mid-run
   (``invariants.check_invariants(finished=False)``); every enqueue that
   exited 0 is stored; every completion the observer saw is still done with
@@ -59,8 +60,17 @@ QUEUE_CORE: Final = (sys.executable, "-m", "queue_core")
 ROUND_STEP_SECONDS: Final = 10  # model time between cuts: longer than any lease
 LEASE_SECONDS: Final = 2
 # How long processes may run before the cut: a random moment in this window
-# after the first of them opened the database.
-CUT_WINDOW_SECONDS: Final = (0.05, 0.6)
+# after the first of them opened the database. A producer is done within a few
+# tens of milliseconds of opening it, so a cut during enqueue must come soon;
+# the workers of a round have a few hundred milliseconds of work.
+CUT_WINDOW_SECONDS: Final = (0.05, 0.6)  # raw SQLite's writer never stops
+WORK_WINDOW_SECONDS: Final = (0.02, 0.4)
+# A cut during enqueue comes at a chosen change of the filesystem instead (the
+# N-th write, truncate, create or sync from the producers' start): two
+# producers make some 50 to 90 changes, so a cut at one of the first 60 lands
+# inside their work, whatever the machine's speed.
+ENQUEUE_CHANGES: Final = 60
+WORKERS_DONE_SECONDS: Final = 120.0  # a round's backlog takes a second or two
 START_SECONDS: Final = 20.0  # far more than a process needs to open the file
 QUICK: Final[Mapping[str, int]] = {"cuts": 20, "events_per_cut": 24, "producers": 2, "workers": 2}
 
@@ -110,6 +120,21 @@ def _wait_open(process: subprocess.Popen[str], path: Path) -> None:
         except OSError:
             pass
         time.sleep(0.002)
+
+
+def _wait_frozen(fs: PowerFS, producers: list[subprocess.Popen[str]]) -> None:
+    """Wait until the armed cut came, or every producer is done (then the cut comes now)."""
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline and not fs.ask("stats")["frozen"]:
+        if all(p.poll() is not None for p in producers):
+            return
+        time.sleep(0.002)
+
+
+def _wait_exit(workers: list[subprocess.Popen[str]]) -> None:
+    deadline = time.monotonic() + WORKERS_DONE_SECONDS
+    while time.monotonic() < deadline and any(p.poll() is None for p in workers):
+        time.sleep(0.005)
 
 
 def _start(processes: list[subprocess.Popen[str]], *command: str) -> subprocess.Popen[str]:
@@ -264,6 +289,8 @@ def queue_cuts(
                     batch = root / f"batch-{cut}-{i}.jsonl"
                     batch.write_text(batch_text({e: events[e] for e in share}), encoding="utf-8")
                     batches.append(batch)
+                if during_enqueue:
+                    fs.ask(f"arm {rng.randint(1, ENQUEUE_CHANGES)}")
                 started: list[subprocess.Popen[str]] = []
                 observer = _start(processes, *PROGRAMS, "observe", str(db))
                 started.append(observer)
@@ -271,9 +298,7 @@ def queue_cuts(
                                  "enqueue", str(b))
                           for b in batches]
                 started += making
-                if during_enqueue:
-                    _wait_open(making[0], db)
-                else:  # the producers finish first: the cut lands in the work
+                if not during_enqueue:  # the producers finish first: the cut lands in the work
                     for p in making:
                         p.wait(timeout=START_SECONDS)
                 working = [_start(processes, *command, "--db", str(db), "--now", str(now), "work",
@@ -281,7 +306,12 @@ def queue_cuts(
                 started += working
                 if not during_enqueue:
                     _wait_open(working[0], db)
-                time.sleep(rng.uniform(*CUT_WINDOW_SECONDS))
+                if during_enqueue:
+                    _wait_frozen(fs, making)
+                elif cut % 4 == 3:  # now and then the workers finish: their summaries count
+                    _wait_exit(working)
+                else:
+                    time.sleep(rng.uniform(*WORK_WINDOW_SECONDS))
                 torn = fs.cut(mode, rng.randrange(2**32), started)
                 run.torn_units += int(torn.get("units_unsynced", 0))
                 _collect(making, shares, working, observer, book, run)

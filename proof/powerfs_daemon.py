@@ -9,7 +9,9 @@ A control socket, outside the mount, takes one command a connection:
   sync reaches either image: each fails with EIO), then write the disk that
   the cut leaves (``drop`` or ``torn``) into the disk directory; the answer
   is a JSON count of what was torn;
-* ``stats``: JSON counts.
+* ``arm N``: freeze by itself when the N-th change from now comes (that
+  change fails): a cut at a chosen point of the processes' own writes;
+* ``stats``: JSON counts (``frozen`` says whether an armed cut came).
 
 Locks are not implemented on purpose: without ``lock`` and ``flock``
 operations the kernel keeps POSIX and ``flock`` locks itself, between the
@@ -49,6 +51,8 @@ class PowerOperations:
         self.live = images.live
         self._mutex = threading.Lock()
         self.frozen = False
+        self.changes = 0  # changes that reached the live image
+        self.armed: int | None = None  # freeze at this many more changes
 
     def _real(self, path: str) -> str:
         return os.path.join(self.live, path.lstrip("/"))
@@ -64,8 +68,12 @@ class PowerOperations:
     def _change(self, action: Callable[[], T]) -> T:
         """Run a change of the live image, unless the power is cut (then: EIO)."""
         with self._mutex:
+            if self.armed is not None:
+                self.armed -= 1
+                self.frozen = self.frozen or self.armed <= 0
             if self.frozen:
                 raise OSError(errno.EIO, "the power is cut")
+            self.changes += 1
             return action()
 
     def _look(self, action: Callable[[], T]) -> T:
@@ -211,8 +219,11 @@ class PowerOperations:
                 self.images.sync_all()
                 return {"ok": True}
             if words == ["stats"]:
-                return {"ok": True, "syncs": self.images.syncs,
+                return {"ok": True, "syncs": self.images.syncs, "changes": self.changes,
                         "dir_syncs": self.images.dir_syncs, "frozen": self.frozen}
+            if len(words) == 2 and words[0] == "arm" and words[1].isdigit():
+                self.armed = int(words[1])
+                return {"ok": True}
             if len(words) == 3 and words[0] == "cut" and words[1] in MODES:
                 self.frozen = True
                 mode: Mode = "drop" if words[1] == "drop" else "torn"
