@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -35,6 +35,7 @@ from queue_core import ledger
 from queue_core.engines import is_postgres_url
 from queue_core.engines.postgres import safe_url
 from queue_core.clock import ModelClock
+from queue_core.queues import DEFAULT_QUEUE
 from queue_core.store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
 from queue_core.worker import WorkSummary
 from proof.invariants import (
@@ -50,6 +51,8 @@ from proof.matrix import BOOK, PEN, START, TOY, batch_text, work_folder
 __all__ = [
     "LONG",
     "MAX_EVENTS",
+    "MAX_NAMED_EVENTS",
+    "Progress",
     "QUEUE_CORE",
     "QUICK",
     "ROUND_STEP_SECONDS",
@@ -68,13 +71,21 @@ QUICK: Final[Mapping[str, int]] = {
     "workers": 3,
     "max_kills_per_round": 5,
 }
-LONG: Final[Mapping[str, int]] = {  # 9,900 events
-    "rounds": 45,
-    "events_per_round": 220,
+# Over a thousand worker SIGKILLs on either engine: a kill lands only while the round's workers
+# still have work, so the rounds are long (a named queue holds their 120,000 events) and every
+# round tries at least 15 kills.
+LONG: Final[Mapping[str, int]] = {
+    "rounds": 120,
+    "events_per_round": 1_000,
     "workers": 5,
-    "max_kills_per_round": 10,
+    "min_kills_per_round": 15,
+    "max_kills_per_round": 40,
 }
-MAX_EVENTS: Final = 9_999  # event ids are E0001..E9999 in one file
+MAX_EVENTS: Final = 9_999  # event ids are E0001..E9999 in the default queue
+# A run of more events goes to a named queue of its own, whose ids are C000001..C999999.
+NAMED_QUEUE: Final = "chaos"
+NAMED_ID_PATTERN: Final = "C[0-9]{6}"
+MAX_NAMED_EVENTS: Final = 999_999
 # model time between rounds: longer than any lease or backoff of the run
 ROUND_STEP_SECONDS: Final = 10
 # How long a worker chosen as the victim may take to open the database before it is killed anyway: far
@@ -84,6 +95,8 @@ ROUND_STEP_SECONDS: Final = 10
 VICTIM_WAIT_SECONDS: Final = 5.0
 
 R = TypeVar("R")
+# what a run says of its progress, a line at a time
+Progress = Callable[[str], None]
 
 
 class _Result:
@@ -97,8 +110,11 @@ class _Result:
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
+        """The result from its JSON; a field that an older record lacks takes its default."""
         values = {}
         for f in fields(cls):  # type: ignore[arg-type]
+            if f.name not in data and f.default is not MISSING:
+                continue
             value = data[f.name]
             values[f.name] = tuple(value) if isinstance(value, list) else value
         return cls(**values)
@@ -232,11 +248,13 @@ class _Exit:
 class _Processes:
     """Starts the run's processes; kills those still running if the run fails.
 
-    ``db`` is the SQLite file or the PostgreSQL URL every process gets as ``--db``.
+    ``db`` is the SQLite file or the PostgreSQL URL every process gets as ``--db``;
+    ``queue`` the queue every process gets as ``--queue``.
     """
 
-    def __init__(self, db: Path | str) -> None:
+    def __init__(self, db: Path | str, queue: str = DEFAULT_QUEUE) -> None:
         self.db = db
+        self.queue = queue
         self.started: list[subprocess.Popen[str]] = []
         self._sessions = _Sessions(db) if isinstance(db, str) else None
         # pid -> the application_name of its PostgreSQL session
@@ -249,7 +267,10 @@ class _Processes:
         self.kill_window_seconds = 0.01 if self._sessions is None else 0.15
 
     def start(self, *args: str, now: int) -> subprocess.Popen[str]:
-        command = [*QUEUE_CORE, "--db", str(self.db), "--now", str(now), *args]
+        command = [*QUEUE_CORE, "--db", str(self.db), "--now", str(now)]
+        if self.queue != DEFAULT_QUEUE:
+            command += ["--queue", self.queue]
+        command += args
         env = None
         name = f"queue-core-chaos-{os.getpid()}-{len(self.started) + 1}"
         if self._sessions is not None:
@@ -293,8 +314,8 @@ class _Processes:
 
 
 @contextmanager
-def _processes(db: Path | str) -> Iterator[_Processes]:
-    processes = _Processes(db)
+def _processes(db: Path | str, queue: str = DEFAULT_QUEUE) -> Iterator[_Processes]:
+    processes = _Processes(db, queue)
     try:
         yield processes
     finally:
@@ -497,6 +518,7 @@ class ChaosResult(_Result):
     doubles: int
     violations: tuple[str, ...]
     seconds: float
+    queue: str = DEFAULT_QUEUE  # where the events went: a named queue when they are many
 
     @property
     def ok(self) -> bool:
@@ -527,6 +549,8 @@ class _Plan:
     events_per_round: int
     workers: int
     max_kills_per_round: int
+    min_kills_per_round: int
+    queue: str
     producer_kill_chance: float
     toy_share: float
     stagger_seconds: int
@@ -541,12 +565,13 @@ def chaos(
     events_per_round: int = QUICK["events_per_round"],
     workers: int = QUICK["workers"],
     max_kills_per_round: int = QUICK["max_kills_per_round"],
+    min_kills_per_round: int = 1,
     producer_kill_chance: float = 0.5,
     toy_share: float = 0.05,
     stagger_seconds: int = 2,
     lease_seconds: int = 2,
     seed: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
     target: str | None = None,
 ) -> ChaosResult:
     """Random SIGKILLs of real ``queue-core`` processes on one file, round after round; then a final pass.
@@ -557,7 +582,8 @@ def chaos(
     it has the file open, and then it sends the same batch again until it gets
     an answer. Then ``workers`` ``queue-core work`` processes run; at random
     moments (up to ``max_kills_per_round`` times) one of them, once it has the
-    file open, is SIGKILLed and replaced. Worker ``i`` reads the model clock
+    file open, is SIGKILLed and replaced (at least ``min_kills_per_round``
+    times, while any of them still runs). Worker ``i`` reads the model clock
     ``i % (stagger_seconds + 1)`` seconds later than worker 0, with leases of
     ``lease_seconds``: a later worker finds an earlier one's lease expired and
     takes the message over while the earlier one may still be working on it,
@@ -571,6 +597,9 @@ def chaos(
     every valid event done with exactly one effect, every toy dead with its
     reason, and the money exact.
 
+    Events are E0001..E9999 in the default queue; a run of more events than
+    that (``MAX_EVENTS``) sends C000001.. to a named queue of its own (``chaos``).
+
     ``target``: a ``postgresql://`` URL of a fresh, empty database to run
     against instead of a new SQLite file in ``workdir`` (which still holds the
     batch files). Every process gets the URL as ``--db``; "once it has the
@@ -579,10 +608,13 @@ def chaos(
     final pass and the checker read the database itself, in one read-only
     snapshot (``invariants.read_file``).
     """
-    if rounds * events_per_round > MAX_EVENTS:
+    if rounds * events_per_round > MAX_NAMED_EVENTS:
         raise ValueError(
-            f"at most {MAX_EVENTS} events fit in one file (event ids E0001..E9999)"
+            f"at most {MAX_NAMED_EVENTS} events fit in one run (event ids C000001..C999999)"
         )
+    if not 0 <= min_kills_per_round <= max(max_kills_per_round, 1):
+        raise ValueError("min_kills_per_round must be between 0 and max_kills_per_round")
+    queue = DEFAULT_QUEUE if rounds * events_per_round <= MAX_EVENTS else NAMED_QUEUE
     if target is not None and not is_postgres_url(target):
         raise ValueError(
             f"target must be a postgresql:// URL (or None for a new SQLite file), got {target!r}"
@@ -593,6 +625,8 @@ def chaos(
         events_per_round,
         workers,
         max_kills_per_round,
+        min_kills_per_round,
+        queue,
         producer_kill_chance,
         toy_share,
         stagger_seconds,
@@ -607,14 +641,16 @@ def chaos(
         db: Path | str = root / "queue.sqlite3" if target is None else target
         # the queue's schema, before any process starts
         with Store(db, clock=ModelClock(START)) as store:
-            held = len(store.messages())
+            held = sum(sum(n.messages.values()) for _, n in store.queues())
+            if not held and queue != DEFAULT_QUEUE:
+                store.create_queue(queue, id_pattern=NAMED_ID_PATTERN)
         if held:
             raise ValueError(
                 f"the chaos run needs an empty database: {safe_url(str(db))} "
                 f"already holds {held} message(s)"
             )
         now = START
-        with _processes(db) as processes:
+        with _processes(db, queue) as processes:
             for round_number in range(1, rounds + 1):
                 now += ROUND_STEP_SECONDS
                 batch = _next_batch(
@@ -626,7 +662,7 @@ def chaos(
                     f"round {round_number}/{rounds}: {len(sent)} events sent, "
                     f"{tally.worker_kills_sent} worker kills so far"
                 )
-        expired = _final_pass(db, now + ROUND_STEP_SECONDS, lease_seconds)
+        expired = _final_pass(db, now + ROUND_STEP_SECONDS, lease_seconds, queue)
         state = read_file(db)
     return _judge(
         state,
@@ -648,11 +684,12 @@ def _next_batch(
     """
     rng = plan.rng
     new: dict[str, Payload] = {}
+    named = plan.queue != DEFAULT_QUEUE
     for number in range(len(sent) + 1, len(sent) + plan.events_per_round + 1):
         category = (
             TOY if rng.random() < plan.toy_share else rng.choice((BOOK, PEN, "bag"))
         )
-        new[f"E{number:04d}"] = {
+        new[f"C{number:06d}" if named else f"E{number:04d}"] = {
             "category": category,
             "amount_cents": rng.randint(1, 99_999),
         }
@@ -721,7 +758,11 @@ def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) 
         )
 
     crowd = [start(slot) for slot in range(plan.workers)]
-    kills = rng.randint(1, plan.max_kills_per_round) if plan.max_kills_per_round else 0
+    kills = (
+        rng.randint(plan.min_kills_per_round, plan.max_kills_per_round)
+        if plan.max_kills_per_round
+        else 0
+    )
     while True:
         alive = [w for w in crowd if w.process.poll() is None]
         if not alive:
@@ -743,20 +784,20 @@ def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) 
     tally.exits += _wait_all(crowd)
 
 
-def _final_pass(db: Path | str, now: int, lease_seconds: int) -> int:
+def _final_pass(db: Path | str, now: int, lease_seconds: int, queue: str) -> int:
     """A fresh worker finishes the queue; the operator redrives what the kills pushed to dead, and again.
 
     ``db`` is the file or the PostgreSQL URL. Returns how many ``lease_expired`` dead letters were redriven.
     """
-    now = finish_queue(db, now, lease_seconds=lease_seconds)
-    with Store(db, clock=ModelClock(now), create=False) as store:
+    now = finish_queue(db, now, lease_seconds=lease_seconds, queue=queue)
+    with Store(db, clock=ModelClock(now), create=False, queue=queue) as store:
         expired = [
             m.event_id for m in store.dead_letters() if m.last_error == LEASE_EXPIRED
         ]
         if expired:
             store.redrive(expired)
     if expired:
-        finish_queue(db, now, lease_seconds=lease_seconds)
+        finish_queue(db, now, lease_seconds=lease_seconds, queue=queue)
     return len(expired)
 
 
@@ -833,4 +874,5 @@ def _judge(
         doubles=doubled,
         violations=tuple(violations),
         seconds=round(seconds, 1),
+        queue=plan.queue,
     )

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from queue_core import ledger
 from queue_core.engines import is_postgres_url
 from queue_core.clock import ModelClock
+from queue_core.queues import DEFAULT_QUEUE
 from queue_core.receipts import ReceiptHandler
 from queue_core.store import LEASE_EXPIRED, MAX_ATTEMPTS, MessageHandler, Store
 from queue_core.values import Message
@@ -569,6 +570,7 @@ def finish_queue(
     lease_seconds: int = 2,
     receipts: bool = False,
     max_passes: int = 1_000,
+    queue: str = DEFAULT_QUEUE,
 ) -> int:
     """A fresh worker finishes the queue: work, let model time pass, until nothing is ready or leased.
 
@@ -579,6 +581,7 @@ def finish_queue(
     which the queue was finished. With ``receipts``, the worker completes
     under a ``ReceiptHandler`` (the operation named by the payload's
     ``tenant`` and ``operation``) that refuses a receipt whose effect is gone.
+    ``queue``: the named queue to finish.
     """
     clock = ModelClock(now)
     handler: MessageHandler = ledger.Handler.with_categories(categories)
@@ -586,7 +589,7 @@ def finish_queue(
         handler = ReceiptHandler(handler, effect_exists=ledger.has_effect)
     # Closed on the way out: whoever reads or copies the file next finds everything in it, not in a WAL
     # that an open connection keeps.
-    with Store(db, clock=clock, create=False) as store:
+    with Store(db, clock=clock, create=False, queue=queue) as store:
         ledger.install(store)
         for _ in range(max_passes):
             work(store, handler, lease_seconds=lease_seconds)
