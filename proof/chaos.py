@@ -35,6 +35,7 @@ from queue_core import ledger
 from queue_core.engines import is_postgres_url
 from queue_core.engines.postgres import safe_url
 from queue_core.clock import ModelClock
+from queue_core.envelope import MAX_LINES
 from queue_core.queues import DEFAULT_QUEUE
 from queue_core.store import BUSY_TIMEOUT_MS, HANDLER_ERROR, LEASE_EXPIRED, Store
 from queue_core.worker import WorkSummary
@@ -72,11 +73,11 @@ QUICK: Final[Mapping[str, int]] = {
     "max_kills_per_round": 5,
 }
 # Over a thousand worker SIGKILLs on either engine: a kill lands only while the round's workers
-# still have work, so the rounds are long (a named queue holds their 120,000 events) and every
-# round tries at least 15 kills.
+# still have work, so the rounds are long (a full batch each; a named queue holds their 118,800
+# events) and every round tries at least 15 kills.
 LONG: Final[Mapping[str, int]] = {
     "rounds": 120,
-    "events_per_round": 1_000,
+    "events_per_round": 990,
     "workers": 5,
     "min_kills_per_round": 15,
     "max_kills_per_round": 40,
@@ -86,6 +87,8 @@ MAX_EVENTS: Final = 9_999  # event ids are E0001..E9999 in the default queue
 NAMED_QUEUE: Final = "chaos"
 NAMED_ID_PATTERN: Final = "C[0-9]{6}"
 MAX_NAMED_EVENTS: Final = 999_999
+# lines already sent that each round's batch repeats (a batch holds at most MAX_LINES lines)
+REPEATED_LINES: Final = 10
 # model time between rounds: longer than any lease or backoff of the run
 ROUND_STEP_SECONDS: Final = 10
 # How long a worker chosen as the victim may take to open the database before it is killed anyway: far
@@ -612,6 +615,11 @@ def chaos(
         raise ValueError(
             f"at most {MAX_NAMED_EVENTS} events fit in one run (event ids C000001..C999999)"
         )
+    if events_per_round + REPEATED_LINES > MAX_LINES:
+        raise ValueError(
+            f"a round's batch holds at most {MAX_LINES} lines: {REPEATED_LINES} sent "
+            f"again and at most {MAX_LINES - REPEATED_LINES} new events"
+        )
     if not 0 <= min_kills_per_round <= max(max_kills_per_round, 1):
         raise ValueError("min_kills_per_round must be between 0 and max_kills_per_round")
     queue = DEFAULT_QUEUE if rounds * events_per_round <= MAX_EVENTS else NAMED_QUEUE
@@ -678,7 +686,7 @@ def chaos(
 def _next_batch(
     plan: _Plan, sent: dict[str, Payload], path: Path, tally: _Tally
 ) -> tuple[Path, int]:
-    """Write the round's batch: new events (a few toys) and up to ten lines already sent.
+    """Write the round's batch: new events (a few toys) and up to ``REPEATED_LINES`` lines already sent.
 
     Returns the batch file and how many of its events are new; ``sent`` gains them.
     """
@@ -693,7 +701,9 @@ def _next_batch(
             "category": category,
             "amount_cents": rng.randint(1, 99_999),
         }
-    again = {e: sent[e] for e in rng.sample(sorted(sent), min(len(sent), 10))}
+    again = {
+        e: sent[e] for e in rng.sample(sorted(sent), min(len(sent), REPEATED_LINES))
+    }
     sent.update(new)
     path.write_text(batch_text({**again, **new}), encoding="utf-8")
     tally.lines_sent += len(again) + len(new)
