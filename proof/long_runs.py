@@ -96,19 +96,17 @@ def long_runs(load: Loader = records.load_committed) -> list[LongRun]:
 def _cells(run: LongRun) -> Sequence[Any]:
     r, c = run.record, run.result
     if r is None or c is None:
-        return (run.engine, *("—",) * 8, run.status())
+        return (run.engine, *("-",) * 6, run.status())
     commit = r.commit.removesuffix("-dirty")[:10] or "?"
     if r.commit.endswith("-dirty"):
-        commit += " (with uncommitted changes)"
+        commit += " (and uncommitted changes)"
     return (
         run.engine,
-        f"{c.rounds}; {c.workers_at_once}",
-        f"{c.events:,}",
-        f"**{c.kills:,}** ({c.worker_kills:,} workers, {c.producer_kills} producers)",
+        f"{c.rounds}; {c.events:,}",
+        f"**{c.kills:,}** ({c.worker_kills:,}; {c.producer_kills})",
         f"**{c.losses} / {c.doubles} / {len(c.violations)}**",
         f"{r.seconds:,.0f}",
-        f"{r.recorded_at}",
-        f"`{commit}`",
+        f"{r.recorded_at}; `{commit}`",
         f"`{r.fingerprint}`",
         run.status(),
     )
@@ -117,16 +115,15 @@ def _cells(run: LongRun) -> Sequence[Any]:
 def table(runs: Sequence[LongRun]) -> str:
     """The page's table of the long runs (Markdown), then a sentence for each problem found."""
     lines = [
-        "| engine | rounds; workers at once | events | SIGKILLs delivered "
-        "| losses / doubles / violations | seconds | when | commit | fingerprint "
+        "`LONG` = " + ", ".join(f"{k} {v:,}" for k, v in LONG.items()) + ".",
+        "",
+        "| engine | rounds; events | SIGKILLs delivered (workers; producers) "
+        "| losses / doubles / violations | seconds | made; commit | fingerprint "
         "| for this code |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- | --- |",
     ]
     lines += ["| " + " | ".join(str(cell) for cell in _cells(run)) + " |" for run in runs]
-    notes = [
-        f"{run.engine}: {problem}." for run in runs for problem in run.problems()
-    ]
+    notes = [f"{run.engine}: {problem}." for run in runs for problem in run.problems()]
     if notes:
         lines += ["", "Not shown by these records: " + " ".join(notes)]
     return "\n".join(lines) + "\n"
-

@@ -28,14 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from queue_core import StorageError  # noqa: E402
-from proof import chaos, postgres_cluster, records  # noqa: E402
+from proof import chaos, long_runs, postgres_cluster, records  # noqa: E402
 
 RECORDED_BY = "scripts/chaos.py --long --record"
-
-
-def long_record_name(engine: str) -> str:
-    """The committed record of the long run on ``engine`` ("sqlite" or "postgresql")."""
-    return f"chaos-long-{engine}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long", action="store_true", help=f"the long run: {dict(chaos.LONG)}")
     parser.add_argument("--record", action="store_true",
                         help=f"with --long: write the run's record to {records.COMMITTED.name}/"
-                             f"{long_record_name('<engine>')}.json (the page prints it)")
+                             f"chaos-long-<engine>.json (the page prints it)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the random choices (default: random)")
     parser.add_argument("--contention", action="store_true", help="only the contention run")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -100,7 +95,7 @@ def _run(args: argparse.Namespace, db: str | None, progress: chaos.Progress) -> 
             return 2
         runs.append(result)
         if args.record:
-            record = records.save_record(long_record_name(result.engine), size, result, by=RECORDED_BY,
+            record = records.save_record(long_runs.record_name(result.engine), size, result, by=RECORDED_BY,
                                          seconds=result.seconds, folder=records.COMMITTED)
             progress(f"recorded {records.COMMITTED.name}/{record.name}.json (commit {record.commit or '?'})")
             if not record.commit or record.commit.endswith("-dirty"):

@@ -1,7 +1,8 @@
 """Random SIGKILLs of real queue-core processes, and eight workers on one write lock.
 
-``proof.chaos.chaos`` (the quick run; ``python scripts/chaos.py --long``
-for a deeper one) and ``proof.chaos.contention``. Each run leaves a
+``proof.chaos.chaos`` (the quick run; the long one, ``python scripts/chaos.py
+--long --record``, is made by hand: tests/test_long_runs.py checks its committed
+record) and ``proof.chaos.contention``. Each run leaves a
 record in ``test-artifacts/evidence/`` that the page "How we know" shows.
 The random-kill run is made twice: on a new SQLite file, and against a fresh
 database of the session's real PostgreSQL server (tests/postgres_server.py).
