@@ -59,7 +59,7 @@ def _rows(text: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("engine", long_runs.ENGINES)
-def test_a_committed_long_run_shows_a_thousand_kills_and_nothing_lost_or_doubled(engine: str) -> None:
+def test_committed_long_runs_kill_1000_and_lose_nothing(engine: str) -> None:
     record = records.load_committed(long_runs.record_name(engine))
     if record is None:
         pytest.skip(f"no committed record of the long run on {engine} (the page says so)")
@@ -76,7 +76,7 @@ def test_a_committed_long_run_shows_a_thousand_kills_and_nothing_lost_or_doubled
     assert c.worker_errors == 0 and c.tracebacks == 0
 
 
-def test_the_page_says_which_record_is_for_this_code_which_is_stale_and_which_is_missing() -> None:
+def test_the_page_tells_fresh_stale_and_missing_records_apart() -> None:
     fresh = long_runs.LongRun("sqlite", _record(_result()))
     stale = long_runs.LongRun("postgresql", _record(_result("postgresql"), fingerprint="00000000deadbeef"))
     rows = _rows(long_runs.table([fresh, stale]))
@@ -111,7 +111,7 @@ def test_a_record_that_falls_short_is_named_on_the_page(change: dict[str, Any], 
     assert f"sqlite: {problem}." in long_runs.table([run])
 
 
-def test_the_records_have_the_names_the_script_writes_and_the_page_reads() -> None:
+def test_the_script_and_the_page_agree_on_record_names() -> None:
     assert [long_runs.record_name(e) for e in long_runs.ENGINES] == ["chaos-long-sqlite", "chaos-long-postgresql"]
     with pytest.raises(ValueError, match="engine is one of"):
         long_runs.record_name("mysql")
