@@ -576,6 +576,7 @@ def chaos(
     seed: int | None = None,
     progress: Progress | None = None,
     target: str | None = None,
+    queue: str | None = None,
 ) -> ChaosResult:
     """Random SIGKILLs of real ``queue-core`` processes on one file, round after round; then a final pass.
 
@@ -600,8 +601,10 @@ def chaos(
     every valid event done with exactly one effect, every toy dead with its
     reason, and the money exact.
 
-    Events are E0001..E9999 in the default queue; a run of more events than
-    that (``MAX_EVENTS``) sends C000001.. to a named queue of its own (``chaos``).
+    ``queue``: the queue the events go to. The default queue takes
+    E0001..E9999 (``MAX_EVENTS``); a named queue, made by the run, takes
+    C000001..C999999. ``None``: the default queue if the run's events fit in
+    it, else ``NAMED_QUEUE``.
 
     ``target``: a ``postgresql://`` URL of a fresh, empty database to run
     against instead of a new SQLite file in ``workdir`` (which still holds the
@@ -622,7 +625,15 @@ def chaos(
         )
     if not 0 <= min_kills_per_round <= max(max_kills_per_round, 1):
         raise ValueError("min_kills_per_round must be between 0 and max_kills_per_round")
-    queue = DEFAULT_QUEUE if rounds * events_per_round <= MAX_EVENTS else NAMED_QUEUE
+    if queue is None:
+        queue = (
+            DEFAULT_QUEUE if rounds * events_per_round <= MAX_EVENTS else NAMED_QUEUE
+        )
+    if queue == DEFAULT_QUEUE and rounds * events_per_round > MAX_EVENTS:
+        raise ValueError(
+            f"at most {MAX_EVENTS} events fit in the default queue (E0001..E9999): "
+            "run in a named queue"
+        )
     if target is not None and not is_postgres_url(target):
         raise ValueError(
             f"target must be a postgresql:// URL (or None for a new SQLite file), got {target!r}"

@@ -21,7 +21,7 @@ import pytest
 from queue_core import Handler, ModelClock, Store, ledger, work
 from queue_core.store import BUSY_TIMEOUT_MS
 from proof import records
-from proof.chaos import QUICK, ChaosResult, ContentionResult, _unique_key_refusals, chaos, contention
+from proof.chaos import NAMED_QUEUE, QUICK, ChaosResult, ContentionResult, _unique_key_refusals, chaos, contention
 from proof.invariants import check_invariants, read_file
 
 from .postgres_server import PORT, SERVER_USER, Cluster
@@ -232,3 +232,25 @@ def test_the_chaos_run_refuses_a_target_it_cannot_run_on(tmp_path: Path, postgre
         store.enqueue(_line("E0001", 100))
     with pytest.raises(ValueError, match="needs an empty database.*1 message"):
         chaos(tmp_path, rounds=1, target=postgres_url)
+
+
+def test_a_named_queue_run_loses_nothing_and_spares_the_default(tmp_path: Path) -> None:
+    # The long run's events do not fit in the default queue's E0001..E9999: it sends C000001.. to a
+    # queue of its own. The same run, small: every process gets --queue, the final pass finishes it.
+    c = chaos(tmp_path, rounds=3, events_per_round=120, workers=2, max_kills_per_round=3, queue=NAMED_QUEUE)
+    assert c.violations == (), f"seed {c.seed}"
+    assert (c.queue, c.events, c.losses, c.doubles) == (NAMED_QUEUE, 360, 0, 0)
+    assert c.done == c.valid_events and c.total_cents == c.expected_cents and c.worker_kills > 0
+    with Store(tmp_path / "queue.sqlite3", clock=ModelClock(1000), create=False, queue=NAMED_QUEUE) as store:
+        ids = [m.event_id for m in store.messages()]
+        counts = {settings.name: sum(n.messages.values()) for settings, n in store.queues()}
+    assert ids == [f"C{n:06d}" for n in range(1, 361)]
+    assert counts == {"default": 0, NAMED_QUEUE: 360}
+
+
+def test_a_run_too_large_for_its_queue_or_batch_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at most 9999 events fit in the default queue"):
+        chaos(tmp_path, rounds=11, events_per_round=990, queue="default")
+    with pytest.raises(ValueError, match="at most 1000 lines"):
+        chaos(tmp_path, rounds=2, events_per_round=991)
+    assert not (tmp_path / "queue.sqlite3").exists()  # refused before anything was made
