@@ -188,6 +188,10 @@ def _read_postgres(url: str) -> FileState:
                 "enable_bitmapscan",
             ):
                 conn.execute(f"SET LOCAL {setting} = off")
+            # In one process: the schema labels queue_core_json_type PARALLEL SAFE, but its EXCEPTION
+            # block needs a subtransaction, which a parallel worker may not start, so re-checking its
+            # CHECK on a table large enough for a parallel scan failed.
+            conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
             integrity = _postgres_constraint_recheck(conn)
             foreign = _postgres_dangling_references(conn)
             messages = tuple(
