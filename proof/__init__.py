@@ -4,6 +4,10 @@
 * ``matrix``: the crash matrix, every point of every write operation, each
   with a real child process that dies there;
 * ``chaos``: random kills of real worker processes, and lock contention;
+* ``long_runs``: the committed records of the long random-kill runs, as the
+  page prints them;
+* ``postgres_cluster``: a throwaway PostgreSQL server (initdb, pg_ctl) for the
+  tests and ``scripts/chaos.py --postgres``;
 * ``powerfs`` (with ``powerfs_image``, ``powerfs_daemon``): a FUSE filesystem
   that keeps only what was synced, and cuts the power;
 * ``powercut`` (with ``powercut_programs``, ``powercut_table``): raw SQLite and

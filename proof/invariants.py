@@ -181,16 +181,11 @@ def _read_postgres(url: str) -> FileState:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
-            # Read the rows themselves (sequential scans), not an index that could disagree with them.
-            for setting in (
-                "enable_indexscan",
-                "enable_indexonlyscan",
-                "enable_bitmapscan",
-            ):
-                conn.execute(f"SET LOCAL {setting} = off")
-            # In one process: the schema labels queue_core_json_type PARALLEL SAFE, but its EXCEPTION
-            # block needs a subtransaction, which a parallel worker may not start, so re-checking its
-            # CHECK on a table large enough for a parallel scan failed.
+            # Read the rows themselves (sequential scans), not an index that could disagree with them,
+            # in one process: queue_core_json_type is labelled PARALLEL SAFE, but its EXCEPTION block
+            # needs a subtransaction, which a parallel worker refuses (a large table's scan failed).
+            for setting in ("indexscan", "indexonlyscan", "bitmapscan"):
+                conn.execute(f"SET LOCAL enable_{setting} = off")
             conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
             integrity = _postgres_constraint_recheck(conn)
             foreign = _postgres_dangling_references(conn)
@@ -584,8 +579,7 @@ def finish_queue(
     claimable (a backoff ends, a lease runs out). Returns the model time at
     which the queue was finished. With ``receipts``, the worker completes
     under a ``ReceiptHandler`` (the operation named by the payload's
-    ``tenant`` and ``operation``) that refuses a receipt whose effect is gone.
-    ``queue``: the named queue to finish.
+    ``tenant`` and ``operation``) that refuses a receipt whose effect is gone. ``queue``: which one.
     """
     clock = ModelClock(now)
     handler: MessageHandler = ledger.Handler.with_categories(categories)
