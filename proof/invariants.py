@@ -182,8 +182,8 @@ def _read_postgres(url: str) -> FileState:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
             # Read the rows themselves (sequential scans), not an index that could disagree with them,
-            # in one process: queue_core_json_type is labelled PARALLEL SAFE, but its EXCEPTION block
-            # needs a subtransaction, which a parallel worker refuses (a large table's scan failed).
+            # in one process: before schema version 5 queue_core_json_type was labelled PARALLEL
+            # SAFE, but its EXCEPTION block needs a subtransaction, which a parallel worker refuses.
             for setting in ("indexscan", "indexonlyscan", "bitmapscan"):
                 conn.execute(f"SET LOCAL enable_{setting} = off")
             conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")

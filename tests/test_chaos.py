@@ -256,23 +256,31 @@ def test_a_run_too_large_for_its_queue_or_batch_is_refused(tmp_path: Path) -> No
     assert not (tmp_path / "queue.sqlite3").exists()  # refused before anything was made
 
 
-def test_the_postgresql_reader_rechecks_in_one_process(postgres_url: str) -> None:
-    # The schema labels queue_core_json_type PARALLEL SAFE, yet its EXCEPTION block starts a
-    # subtransaction, which a parallel worker refuses: the re-check of its CHECK failed on the long
-    # run's 118,800 messages. Here the server is made to run every query it can in a parallel worker.
+def test_the_json_check_runs_when_the_server_forces_parallel_queries(postgres_url: str) -> None:
+    # Migration 2 labelled queue_core_json_type PARALLEL SAFE, yet its EXCEPTION block starts a
+    # subtransaction, which no parallel operation may: the re-check of its CHECK failed on the
+    # long run's 118,800 messages. Migration 5 labels it PARALLEL UNSAFE. Here the server is made
+    # to run every query it can in a parallel worker; with the old label (the control) it fails.
     import psycopg
 
     with Store(postgres_url, clock=ModelClock(1000)) as store:
         store.enqueue(_line("E0001", 100))
+    query = "SELECT count(*) FROM messages WHERE queue_core_json_type(payload) = 'object'"
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         row = conn.execute("SELECT current_setting('server_version_num')::int, current_database()").fetchone()
         assert row is not None
         version, name = row
         forced = "debug_parallel_query" if version >= 160000 else "force_parallel_mode"
         conn.execute(f'ALTER DATABASE "{name}" SET {forced} = on')
-        with pytest.raises(psycopg.errors.InvalidTransactionState):  # the control: it does fail in a worker
-            conn.execute("SET max_parallel_workers_per_gather = 2")
-            conn.execute(f"SET {forced} = on")
-            conn.execute("SELECT count(*) FROM messages WHERE queue_core_json_type(payload) = 'object'")
+        conn.execute("SET max_parallel_workers_per_gather = 2")
+        conn.execute(f"SET {forced} = on")
+        assert conn.execute("SELECT proparallel FROM pg_proc WHERE proname = 'queue_core_json_type'"
+                            ).fetchone() == ("u",)
+        assert conn.execute(query).fetchone() == (1,)
+        conn.execute("BEGIN")
+        conn.execute("ALTER FUNCTION queue_core_json_type(text) PARALLEL SAFE")  # the old label
+        with pytest.raises(psycopg.errors.InvalidTransactionState):
+            conn.execute(query)
+        conn.execute("ROLLBACK")
     state = read_file(postgres_url)
     assert state.integrity == ("ok",) and [m.event_id for m in state.messages] == ["E0001"]

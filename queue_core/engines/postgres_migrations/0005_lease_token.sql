@@ -7,3 +7,10 @@
 
 ALTER TABLE messages ADD COLUMN lease_token BIGINT NOT NULL DEFAULT 0
     CONSTRAINT messages_lease_token_nonnegative CHECK (lease_token >= 0);
+
+-- Migration 2 labelled queue_core_json_type PARALLEL SAFE, but its EXCEPTION
+-- block starts a subtransaction, which no parallel operation may: a query
+-- that the planner ran in parallel over many rows (a re-check of the CHECKs
+-- over 118,800 messages) failed with "cannot start subtransactions during a
+-- parallel operation". Such a query now runs in one process.
+ALTER FUNCTION queue_core_json_type(text) PARALLEL UNSAFE;
