@@ -143,11 +143,20 @@ class Node(Cluster):
             time.sleep(0.01)
         self.crashed, self._running = True, False
 
-    def promote(self) -> None:
-        """pg_ctl promote; then clear the synchronous_standby_names it inherited, and reload."""
+    def promote(self, *, forget_standbys: bool = True) -> None:
+        """pg_ctl promote; then clear the synchronous_standby_names it inherited, and reload.
+
+        ``forget_standbys=False`` leaves the setting as inherited: every
+        commit then waits for a synchronous standby that does not exist.
+        """
         self._check("pg_ctl promote", self._run(
             "pg_ctl", "--pgdata", str(self.data), "--wait", "--timeout",
             str(int(WAIT_SECONDS)), "--silent", "promote"))
+        if forget_standbys:
+            self.forget_standbys()
+
+    def forget_standbys(self) -> None:
+        """ALTER SYSTEM RESET synchronous_standby_names, reload, and wait until it is in force."""
         self.query("ALTER SYSTEM RESET synchronous_standby_names")
         self.query("SELECT pg_reload_conf()")
         deadline = time.monotonic() + WAIT_SECONDS
