@@ -12,6 +12,8 @@
   that keeps only what was synced, and cuts the power;
 * ``powercut`` (with ``powercut_programs``, ``powercut_table``): raw SQLite and
   the queue's real processes under those cuts;
+* ``failover``: a PostgreSQL primary SIGKILLed under real workers and
+  producers, its streaming standby promoted, and what the new primary lacks;
 * ``records``: what those runs found, kept (JSON, in a folder the caller
   names) with a fingerprint of the code they ran on, for the page "How we know".
 

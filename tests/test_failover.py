@@ -192,6 +192,8 @@ def test_a_lease_from_before_a_lossy_failover_is_refused_after_it(lossy: failove
         with pytest.raises(LeaseLost):
             store.extend(lease_a, 600)
         with pytest.raises(LeaseLost):
+            store.release(lease_a)
+        with pytest.raises(LeaseLost):
             store.fail(lease_a, "stale_worker")
         with pytest.raises(LeaseLost):
             store.complete(lease_a, _effect)
