@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,6 +74,8 @@ EFFECTS_TABLE: Final = (
     " (event_id TEXT NOT NULL, nonce TEXT NOT NULL, worker TEXT NOT NULL)"
 )  # no unique key on purpose: a doubled effect must be visible, not refused
 WAIT_SECONDS: Final = 60.0  # for a server, a drain or a process: far above what each takes
+# observed completions before the kill and after it, at least: a failover of an idle queue tests nothing
+ACKS_AROUND_THE_KILL: Final = 20
 
 
 # ============================================================== the pair of servers
@@ -177,7 +180,8 @@ class Node(Cluster):
 
     def stop(self) -> None:
         super().stop()
-        if self._shared_memory:  # nobody attaches to it any more; the data directory is gone
+        # nobody attaches to it any more; the data directory is gone
+        if self._shared_memory and shutil.which("ipcrm"):
             subprocess.run(["ipcrm", "-m", self._shared_memory], capture_output=True, timeout=30)
 
 
@@ -414,12 +418,14 @@ def failover_once(synchronous: bool, *, workers: int = 2, observers: int = 2,
             producer = _Producer(servers.url, folder, batch)
             producer.start()
             time.sleep(load_seconds)
+            _wait_for_acks(folder, observers, ACKS_AROUND_THE_KILL)  # the kill hits a working queue
             killed = time.time()
             servers.primary.crash()
             servers.standby.promote()
             promoted = time.time()
             reconnected = _wait_for_sessions(servers.standby, set(names)) - killed
             time.sleep(after_seconds)
+            _wait_for_acks(folder, observers, ACKS_AROUND_THE_KILL, after=killed)
             producer.stop.set()
             producer.join(WAIT_SECONDS)
             _wait_drained(servers.standby)
@@ -479,12 +485,22 @@ def _wait_drained(node: Node) -> None:
         time.sleep(0.1)
 
 
+def _wait_for_acks(folder: Path, observers: int, count: int, after: float = 0.0) -> None:
+    """Until the observed workers acknowledged ``count`` completions (after ``after``)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while sum(t > after for t in _acks(folder, observers)[1]) < count:
+        if time.monotonic() > deadline:
+            raise ServerError(f"fewer than {count} observed completions in {WAIT_SECONDS:g} s")
+        time.sleep(0.05)
+
+
 def _acks(folder: Path, observers: int) -> tuple[list[tuple[str, str]], list[float]]:
     acked, times = [], []
     for i in range(observers):
-        for line in (folder / f"observer-{i}.log").read_text(encoding="utf-8").splitlines():
+        log = folder / f"observer-{i}.log"
+        for line in log.read_text(encoding="utf-8").splitlines() if log.exists() else ():
             words = line.split()
-            if words[0] == "acked":
+            if len(words) == 4 and words[0] == "acked":  # a line being written is not yet one
                 acked.append((words[1], words[2]))
                 times.append(float(words[3]))
     return acked, times
