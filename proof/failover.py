@@ -50,6 +50,7 @@ from queue_core.transactions import Tx
 from queue_core.values import Message, Outcome
 from queue_core.worker import PASSING_ERRORS
 from tests.postgres_server import PORT, SERVER_USER, Cluster, ServerError, find_bindir
+from tests.postgres_server import unavailable as server_unavailable
 
 __all__ = [
     "QUICK",
@@ -61,6 +62,7 @@ __all__ = [
     "failovers",
     "judge",
     "pair",
+    "unavailable",
 ]
 
 REPO: Final = Path(__file__).resolve().parent.parent
@@ -239,6 +241,15 @@ class Pair:
             if time.monotonic() > deadline:
                 raise ServerError("the standby did not replay the primary's WAL")
             time.sleep(0.02)
+
+
+def unavailable() -> str | None:
+    """Why no pair can be made here (tests/postgres_server.py's reasons, or no pg_basebackup), or None."""
+    reason = server_unavailable()
+    bindir = find_bindir()
+    if reason is None and bindir is not None and not (bindir / "pg_basebackup").is_file():
+        reason = f"no pg_basebackup beside initdb in {bindir} (Debian's postgresql-client package)"
+    return reason
 
 
 @contextmanager

@@ -20,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-# the repository's proof and tests packages (not installed with queue_core) sit beside scripts/
+# the repository's proof package (which uses tests/postgres_server.py) (not installed with queue_core) sit beside scripts/
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proof import failover, records  # noqa: E402
-from tests.postgres_server import unavailable  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sync < 1 or args.async_ < 1:
         parser.error("--sync and --async take at least 1")
-    reason = unavailable()
+    reason = failover.unavailable()
     if reason is not None:
         print(f"python scripts/failover.py: {reason}", file=sys.stderr)
         return 2

@@ -31,7 +31,7 @@ from queue_core.transactions import Tx
 from queue_core.values import Message, Outcome
 from queue_core.worker import PASSING_ERRORS
 
-from .postgres_server import _skip_or_fail, unavailable
+from .postgres_server import _skip_or_fail
 
 T = TypeVar("T")
 RECORDS = Path(__file__).resolve().parent.parent / "test-artifacts" / "evidence"
@@ -39,7 +39,7 @@ RECORDS = Path(__file__).resolve().parent.parent / "test-artifacts" / "evidence"
 
 @pytest.fixture
 def servers_here() -> None:
-    reason = unavailable()
+    reason = failover.unavailable()
     if reason is not None:
         _skip_or_fail(reason)
 
@@ -166,7 +166,7 @@ def _retry(call: Callable[[], T]) -> T:
 
 @pytest.fixture
 def lossy() -> Iterator[failover.Pair]:
-    reason = unavailable()
+    reason = failover.unavailable()
     if reason is not None:
         _skip_or_fail(reason)
     with failover.pair(synchronous=False) as servers:
