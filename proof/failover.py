@@ -414,6 +414,7 @@ def failover_once(synchronous: bool, *, workers: int = 2, observers: int = 2,
             ExitStack() as files:
         folder = Path(tmp)
         processes: list[subprocess.Popen[str]] = []
+        producer = _Producer(servers.url, folder, batch)
         try:
             for name in names:
                 command = ([*QUEUE_CORE, "--db", servers.url, "work", "--forever", "--poll", "0.1",
@@ -426,7 +427,6 @@ def failover_once(synchronous: bool, *, workers: int = 2, observers: int = 2,
                     stdout=files.enter_context(open(folder / f"{name}.out", "w")),
                     stderr=files.enter_context(open(folder / f"{name}.err", "w"))))
             _wait_for_sessions(servers.primary, set(names))  # all started: the load begins
-            producer = _Producer(servers.url, folder, batch)
             producer.start()
             time.sleep(load_seconds)
             _wait_for_acks(folder, observers, ACKS_AROUND_THE_KILL)  # the kill hits a working queue
@@ -441,6 +441,7 @@ def failover_once(synchronous: bool, *, workers: int = 2, observers: int = 2,
             producer.join(WAIT_SECONDS)
             _wait_drained(servers.standby)
         finally:
+            producer.stop.set()  # also when the run failed: no enqueue outlives it
             for process in processes:
                 process.send_signal(signal.SIGTERM)
             for process in processes:
