@@ -3,7 +3,7 @@
 ``failovers(synchronous, count)`` makes ``count`` failovers, each on a fresh
 pair of throwaway servers (``initdb``, ``pg_basebackup -R`` with a physical
 replication slot, each on a Unix socket in its own temporary directory, run
-as the ``postgres`` user when root, as ``tests/postgres_server.py`` does).
+as the ``postgres`` user when root, as ``proof/postgres_cluster.py`` does).
 In each one, real processes work on the queue through one multi-host URL
 (``host=<primary>,<standby>`` with ``target_session_attrs=read-write``):
 
@@ -49,8 +49,8 @@ from queue_core import LeaseLost, Store, StorageError
 from queue_core.transactions import Tx
 from queue_core.values import Message, Outcome
 from queue_core.worker import PASSING_ERRORS
-from tests.postgres_server import PORT, SERVER_USER, Cluster, ServerError, find_bindir
-from tests.postgres_server import unavailable as server_unavailable
+from proof.postgres_cluster import PORT, SERVER_USER, Cluster, ServerError, find_bindir
+from proof.postgres_cluster import unavailable as server_unavailable
 
 __all__ = [
     "QUICK",
@@ -244,7 +244,7 @@ class Pair:
 
 
 def unavailable() -> str | None:
-    """Why no pair can be made here (tests/postgres_server.py's reasons, or no pg_basebackup), or None."""
+    """Why no pair can be made here (postgres_cluster's reasons, or no pg_basebackup), or None."""
     reason = server_unavailable()
     bindir = find_bindir()
     if reason is None and bindir is not None and not (bindir / "pg_basebackup").is_file():

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-# the repository's proof package (which uses tests/postgres_server.py) (not installed with queue_core) sit beside scripts/
+# the repository's proof package (not installed with queue_core) sit beside scripts/
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proof import failover, records  # noqa: E402

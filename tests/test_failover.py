@@ -9,7 +9,7 @@
   claim the new primary never received, must be refused there, and the claim
   made on the new primary completes.
 
-Fresh pairs of throwaway servers (tests/postgres_server.py's way, run as the
+Fresh pairs of throwaway servers (proof/postgres_cluster.py's way, run as the
 ``postgres`` user when root); skipped without PostgreSQL, failed under
 QUEUE_CORE_REQUIRE_POSTGRES=1.
 """
