@@ -101,12 +101,15 @@ class Record:
 
 
 def commit_of_tree() -> str:
-    """The checkout's HEAD commit, with ``-dirty`` if files differ from it; "" outside git."""
+    """The checkout's HEAD commit, with ``-dirty`` if files other than the records differ; "" outside git."""
     root = PROOF.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                               text=True, timeout=30, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        # the committed records themselves are not code: a long run that writes
+        # one while another runs must not make the other's tree "dirty"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                "--", ".", f":(exclude){COMMITTED.name}"],
                                cwd=root, capture_output=True, text=True, timeout=30,
                                check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
