@@ -28,7 +28,8 @@ NEEDS_A_MACHINE = [
         re.compile(r"\b(psycopg|postgres(ql)?://)|QUEUE_CORE_PG"),
         "it needs a PostgreSQL server",
     ),
-    (re.compile(r"\bdocs_support\b"), "it reads this repository"),
+    # the proof machinery (proof/) is the repository's, not the package's
+    (re.compile(r"\bdocs_support\b|\b(from|import)\s+proof\b"), "it reads this repository"),
 ]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 INCLUDE = re.compile(r'^[ \t]*--8<--[ \t]+"(?P<path>snippets/[^"]+\.py)"[ \t]*$')

@@ -136,6 +136,9 @@ class Row:
     enqueued_at: int | None = None
     done_at: int | None = None
     expired_leases: int = 0  # leases that ran out and a later claim took over (or ended in dead)
+    # the random token of the claim that issued the current lease: learnt from
+    # the store's claim (it is random), checked with the generation
+    token: int = 0
 
 
 Result = tuple[Outcome, "str | None", "int | None", "str | None"]  # outcome, error, available_at, detail
@@ -218,8 +221,8 @@ class Model:
         row = self.rows.get(lease.event_id)
         if row is not None and row.generation == lease.generation + 1 and row.attempts == 1 and lease.attempt > 1:
             event("fencing: a worker of the previous cycle after a redrive")
-        if (row is None or row.generation != lease.generation or row.state != "leased"
-                or not self.now < row.lease_until):
+        if (row is None or row.generation != lease.generation or row.token != lease.token
+                or row.state != "leased" or not self.now < row.lease_until):
             raise Refused(LeaseLost)
         return row
 
@@ -391,6 +394,8 @@ class QueueMachine(RuleBasedStateMachine):
             return
         assert lease is not None
         assert (lease.event_id, lease.generation, lease.attempt, lease.lease_until) == expected
+        assert lease.token != 0 and lease.token not in {issued.token for issued in self.issued}
+        self.model.rows[lease.event_id].token = lease.token
         self.current[worker] = lease
         self.issued.append(lease)
 
@@ -473,7 +478,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), generation_shift=st.sampled_from([-1, 0, 1]),
           attempt=st.integers(1, 3), lease_until=st.sampled_from([0, START, 10**9]))
     def forged_complete(self, data: st.DataObject, generation_shift: int, attempt: int, lease_until: int) -> None:
-        """A lease rebuilt by hand: only the generation (and the stored lease) count.
+        """A lease rebuilt by hand: only the generation and its claim's token (and the stored lease) count.
 
         E.g. a worker of a previous cycle whose attempt number matches again
         after a redrive, or whose ``lease_until`` claims more time.

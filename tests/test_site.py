@@ -409,6 +409,8 @@ def test_screenshots_of_four_pages(browser, served_site: str, built_site: Path) 
     ("from queue_core.testing.child import run_crashing", "it starts other processes"),
     ("import threading", "it starts threads"),
     ("Store('postgresql://app@db/queue')", "it needs a PostgreSQL server"),
+    ("from proof.powerfs_image import Images", "it reads this repository"),
+    ("# the proof of it\nfrom queue_core import Store", None),
     ("from queue_core import Store, ledger\nstore = Store('q.sqlite3')", None),
 ])
 def test_a_block_that_needs_a_machine_gets_no_run_button(source: str, why: str | None) -> None:
