@@ -15,7 +15,7 @@ import sys
 from . import turn
 from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
-from .reads import Reads, fetch_message, message_of
+from .reads import Reads, message_of
 from .rules import (
     MessageHandler,
     backoff_seconds,
@@ -89,8 +89,10 @@ class Completions(Reads):
                 self._at("complete.after_read")
             else:
                 message = claimed
+            tx.failed_statement = None
             try:
                 handler(tx, message)
+                tx.raise_if_statement_failed()
             except Exception as exc:
                 if not tx.conn.in_transaction:
                     # SQLite itself ended the transaction (e.g. a full disk):
@@ -98,6 +100,7 @@ class Completions(Reads):
                     raise
                 # undo the handler's writes; the read before them wrote nothing
                 tx.conn.execute("ROLLBACK TO message")
+                tx.failed_statement = None
                 code, detail, permanent = refusal(exc)
                 result = self._refuse(tx, lease, code, detail, permanent=permanent)
             else:
@@ -130,11 +133,13 @@ class Completions(Reads):
         unusual: BaseException | None = None
         escaped: BaseException | None = None  # from a probe: not unusual, raised
         acked = None
+        tx.failed_statement = None
         try:
             with tx.engine.together(tx.conn):
                 for claimed in batch:
                     try:
                         handler(tx, claimed.message)
+                        tx.raise_if_statement_failed()
                     except Exception as exc:
                         unusual = exc
                         break
@@ -169,6 +174,7 @@ class Completions(Reads):
             raise unusual
         tx.conn.execute("ROLLBACK TO batch")
         tx.conn.execute("RELEASE batch")
+        tx.failed_statement = None
         return None
 
     def complete_message(self, claimed: Claimed, handler: MessageHandler) -> Completion:
@@ -208,8 +214,10 @@ class Completions(Reads):
     def _effect_then_ack(
         self, tx: Tx, claimed: Claimed, handler: MessageHandler
     ) -> Completion:
+        tx.failed_statement = None
         try:
             handler(tx, claimed.message)
+            tx.raise_if_statement_failed()
         except Exception as exc:
             raise _Refused(exc) from exc  # rolled back, then recorded on its own
         self._at("complete.after_effect")
@@ -219,8 +227,10 @@ class Completions(Reads):
         """The fence and the ACK in one statement, with the engine's clock.
 
         Marks the message done only while ``lease`` is its current, unexpired
-        lease; otherwise raises ``LeaseLost`` saying why.
+        lease; otherwise raises ``LeaseLost`` saying why. Raises
+        ``StatementFailed`` instead if a statement run through ``tx`` failed.
         """
+        tx.raise_if_statement_failed()
         params = {
             **tx.times(),
             "queue": self.queue,
@@ -269,8 +279,11 @@ class Completions(Reads):
         Re-checks the lease (the work may have taken long) and marks the
         message done. If fencing refuses it raises ``LeaseLost``; let it
         escape ``store.transaction()`` so your writes roll back with it.
+        A statement of yours that failed in ``tx``, even one whose error you
+        caught, makes it raise ``StatementFailed`` instead of acknowledging.
         """
         check_lease(lease)
+        tx.raise_if_statement_failed()
         now = tx.now()
         if not now < lease.lease_until:
             # the lease ran out during the work: raises LeaseLost saying so

@@ -130,6 +130,22 @@ class LeaseLost(QueueError):
     code = "lease_lost"
 
 
+class StatementFailed(QueueError):
+    """A statement run through the transaction failed, and the ACK was refused.
+
+    A handler (or the caller's own code before ``complete_tx``) caught the
+    failure of one of its statements and went on. PostgreSQL would refuse
+    every later statement of that transaction; SQLite would let it commit
+    without the write that failed. queue_core refuses the ACK on both: the
+    completion is rolled back, and on the worker's path the message is
+    refused like a handler that raised (temporary: retried after a backoff).
+    A ``ROLLBACK TO`` a savepoint after the failure, the recovery both
+    engines allow, clears it.
+    """
+
+    code = "statement_failed"
+
+
 class StorageError(QueueError):
     """The database file cannot serve the request.
 

@@ -275,10 +275,7 @@ def message_of(row: Sequence[Any]) -> Message:
     return Message(*values)
 
 
-def fetch_message(
-    tx: Tx, queue: str, event_id: str, *, lock: bool = False
-) -> Message | None:
-    """One message of ``queue``, or None; with ``lock``, its row is locked where rows are."""
-    statement = tx.sql.message_locked if lock else tx.sql.message
-    row = tx.conn.execute(statement, (queue, event_id)).fetchone()
+def fetch_message(tx: Tx, queue: str, event_id: str) -> Message | None:
+    """One message of ``queue``, or None."""
+    row = tx.conn.execute(tx.sql.message, (queue, event_id)).fetchone()
     return None if row is None else message_of(row)

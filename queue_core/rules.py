@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final, Protocol
 
-from .errors import HandlerFailure, PermanentFailure
+from .errors import HandlerFailure, PermanentFailure, StatementFailed
 from .values import Lease, Message
 
 if TYPE_CHECKING:
@@ -74,10 +74,13 @@ class MessageHandler(Protocol):
 def refusal(exc: Exception) -> tuple[str, str | None, bool]:
     """What a handler's exception records: (code, detail, permanent).
 
-    Anything unexpected is a ``handler_error``.
+    A caught failure of one of the handler's statements is a temporary
+    ``statement_failed``; anything unexpected is a ``handler_error``.
     """
     if isinstance(exc, HandlerFailure):
         return exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
+    if isinstance(exc, StatementFailed):
+        return exc.code, exc.message, False
     return HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
 
 

@@ -99,10 +99,8 @@ class Statements:
     # a lease given back, fenced like the ACK: ready again at its old place,
     # and the claim that took it does not count as an attempt
     release: str
-    # one message, one message locked, and one locked with its lease's token
-    # for the fenced check
+    # one message, and one locked with its lease's token for the fenced check
     message: str
-    message_locked: str
     lease_locked: str
     # the fence and the ACK in one statement
     complete_ack: str
@@ -169,9 +167,6 @@ def _statements(dialect: Dialect) -> Statements:
             WHERE queue = ? AND event_id = ?""",
         "message": f"SELECT {MESSAGE_COLUMNS} FROM messages "
         "WHERE queue = ? AND event_id = ?",
-        "message_locked": f"SELECT {MESSAGE_COLUMNS} FROM messages "
-        "WHERE queue = ? AND event_id = ?"
-        + dialect.row_lock,
         "lease_locked": f"SELECT {MESSAGE_COLUMNS}, lease_token FROM messages "
         "WHERE queue = ? AND event_id = ?"
         + dialect.row_lock,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -22,7 +23,7 @@ from typing import Any, Final, NoReturn, TypeVar
 
 from .clock import Clock
 from .engines import Connection, Engine, Rows
-from .errors import StorageError
+from .errors import StatementFailed, StorageError
 from .statements import Statements
 
 T = TypeVar("T")
@@ -30,6 +31,11 @@ Probe = Callable[[str], None]  # told each named step of an operation as it is r
 
 # Errors after which a connection is kept; after any other, it is closed and reopened.
 _CONNECTION_STAYS_USABLE: Final = frozenset({"database_busy", "constraint_violation"})
+
+
+# A rollback to a savepoint: the recovery after a failed statement that both
+# engines allow (PostgreSQL refuses anything else in that transaction).
+_ROLLBACK_TO = re.compile(r"\s*ROLLBACK\s+(TRANSACTION\s+)?TO\b", re.IGNORECASE)
 
 
 class Tx:
@@ -51,6 +57,9 @@ class Tx:
         self.clock = clock
         # no clock was given and the engine has one of its own (PostgreSQL's)
         self._server_time = engine.sql.server_time if server_clock else None
+        # The first of the caller's statements that failed (since the last
+        # ROLLBACK TO): an ACK must not commit past a write that did not happen.
+        self.failed_statement: Exception | None = None
 
     def now(self) -> int:
         """Read the clock again, in whole seconds rounded down.
@@ -89,9 +98,28 @@ class Tx:
     def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> Rows:
         """Run one statement of yours, with ``?`` placeholders, in this transaction.
 
-        The same text runs on both engines.
+        The same text runs on both engines. A statement that fails refuses
+        this transaction's ACK even if you catch its error, until a
+        ``ROLLBACK TO`` a savepoint (run here too) undoes what came after it.
         """
-        return self.conn.execute(self.engine.caller_sql(sql), params)
+        try:
+            rows = self.conn.execute(self.engine.caller_sql(sql), params)
+        except Exception as exc:
+            if self.failed_statement is None:
+                self.failed_statement = exc
+            raise
+        if _ROLLBACK_TO.match(sql):
+            self.failed_statement = None
+        return rows
+
+    def raise_if_statement_failed(self) -> None:
+        """Raise ``StatementFailed`` if one of the caller's statements failed."""
+        failed = self.failed_statement
+        if failed is not None:
+            raise StatementFailed(
+                "a statement run through the transaction failed, so it cannot "
+                f"be acknowledged: {type(failed).__name__}: {failed}"
+            )
 
 
 class Transactions:

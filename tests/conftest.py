@@ -30,7 +30,7 @@ BOTH_ENGINES = {"test_protocol", "test_batch", "test_handler_hook", "test_envelo
                 "test_lease_extension", "test_cli", "test_operations",
                 "test_operations_cli", "test_long_handler", "test_lease_length", "test_worker_path",
                 "test_worker_service", "test_send_and_manage", "test_named_queues",
-                "test_lease_token"}
+                "test_lease_token", "test_statement_failed"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -56,7 +56,6 @@ CONNECT_DEFAULTS: Final = {
 }
 
 
-
 def server_bounds(bounds: Mapping[str, Any]) -> str | None:
     """The server's side of the session gets the client's bounds for a dead link.
 
