@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from docs_support.run_here import blocks
 from queue_core.app.demo import DEMO_BATCH
 from queue_core.engines.sqlite import MIN_SQLITE
 
@@ -41,6 +42,14 @@ def test_the_start_pages_session_is_the_readmes() -> None:
     shown = [c for block in sessions(START) for c in block if c.content is None and c.line != "queue-core demo"]
     assert shown == readme[:len(shown)]
     assert shown[-1].line == "queue-core status"
+
+
+def test_the_start_pages_python_runs_in_the_browser_on_the_demos_batch() -> None:
+    # One block that shows its source and records its output: it gets Run.
+    ((source, why),) = blocks(DOCS / "start.md")
+    assert why is None, f"the start page's Python would say: runs on your machine, {why}"
+    batch = re.search(r'BATCH = """\\\n(.*?)"""', source, re.S)
+    assert batch is not None and batch[1] == DEMO_BATCH
 
 
 def _clone_block() -> str:
@@ -110,14 +119,25 @@ def test_the_schema_reference_shows_every_schema_file_whole() -> None:
     for files in migrations:
         places = [schema_page.index(f'--8<-- "{name}"') for name in files]
         assert places == sorted(places), files
-    assert "--8<--" not in OVERVIEW
+    # the overview includes only the single sources of docs/includes/, no schema file
+    included = re.findall(r'^--8<-- "([^"]+)"$', OVERVIEW, re.M)
+    assert included and all(name.startswith("docs/includes/") for name in included), included
     assert "(reference/schema.md)" in OVERVIEW
 
 
-def test_the_overview_draws_expiry_as_the_claim_that_follows_it() -> None:
-    (diagram,) = re.findall(r"```mermaid\n(.*?)```", OVERVIEW, re.S)
+def test_the_overview_draws_the_one_state_machine_with_expiry_as_the_next_claim() -> None:
+    # The one canonical diagram, included; no diagram of its own.
+    assert '--8<-- "docs/includes/state-machine.md"' in OVERVIEW
+    assert "```mermaid" not in OVERVIEW
+    diagram = (DOCS / "includes" / "state-machine.md").read_text(encoding="utf-8")
     moves = re.findall(r"^\s+(\S+) --> (\S+?):", diagram, re.M)
-    assert ("leased", "leased") in moves and ("dead", "ready") in moves
-    assert ("leased", "ready") in moves  # a temporary failure only: the label says so
-    (to_ready,) = [line for line in diagram.splitlines() if "leased --> ready" in line]
-    assert "expir" not in to_ready, "a lease running out writes nothing: it does not move the row to ready"
+    assert ("leased", "next_claim") in moves and ("next_claim", "leased") in moves
+    assert ("next_claim", "dead") in moves and ("dead", "ready") in moves
+    assert ("ready", "[*]") in moves and ("dead", "[*]") in moves  # purge
+    for line in diagram.splitlines():
+        if "leased --> ready" in line:  # a temporary failure or a release, never expiry
+            assert "expir" not in line and "ran out" not in line, line
+    # the overview's table of moves has a row for each kind of move the diagram draws
+    for move in ("| leased → ready | a release", "| ready or dead → removed | an operator's `purge`",
+                 "| dead → ready | a redrive", "| leased → leased | a claim finds the lease expired"):
+        assert move in OVERVIEW, move
