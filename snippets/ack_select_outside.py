@@ -6,7 +6,9 @@ SQLite file in WAL mode, three ways:
 1. SELECT outside the write transaction (what Python's sqlite3 does by default:
    its implicit BEGIN comes only before the first INSERT/UPDATE/DELETE);
 2. BEGIN (deferred), SELECT, then write;
-3. BEGIN IMMEDIATE, then SELECT, then write (what queue_core does).
+3. BEGIN IMMEDIATE, then SELECT, then write (what queue_core's Store.claim
+   does; the worker's claim is one UPDATE statement, which takes the write
+   lock before it reads).
 
 Run: python ack_select_outside.py   (standard library only; leaves nothing behind)
 """
@@ -75,6 +77,7 @@ with tempfile.TemporaryDirectory() as tmp:
         (chosen_a,),
     ).fetchone()
     print(f"   effects total {total} for one sale of {sale}")
+    assert (chosen_a, chosen_b, total) == ("E0001", "E0001", 2 * sale)  # doubled
     # --8<-- [end:shown]
     a.close()
     b.close()
@@ -94,7 +97,9 @@ with tempfile.TemporaryDirectory() as tmp:
     started = time.monotonic()
     try:
         b.execute(TAKE, ("B", chosen_b))
+        raise AssertionError("B wrote on a stale snapshot")
     except sqlite3.OperationalError as exc:
+        assert exc.sqlite_errorname == "SQLITE_BUSY_SNAPSHOT", exc.sqlite_errorname
         waited = time.monotonic() - started
         print(f"   A took {chosen_a}; B chose {chosen_b} too, and its UPDATE failed:")
         print(f"   {exc} ({exc.sqlite_errorname}),")
@@ -112,7 +117,7 @@ with tempfile.TemporaryDirectory() as tmp:
     a.close()
     b.close()
 
-    print("3. BEGIN IMMEDIATE, then SELECT, then write (queue_core's claim)")
+    print("3. BEGIN IMMEDIATE, then SELECT, then write (Store.claim's way)")
     db = Path(tmp) / "three.sqlite3"
     new_queue(db)
     a = sqlite3.connect(db, isolation_level=None, timeout=2.0)
@@ -121,7 +126,9 @@ with tempfile.TemporaryDirectory() as tmp:
     a.execute("BEGIN IMMEDIATE")
     try:
         b.execute("BEGIN IMMEDIATE")
+        raise AssertionError("B began writing while A held the write lock")
     except sqlite3.OperationalError as exc:
+        assert exc.sqlite_errorname == "SQLITE_BUSY", exc.sqlite_errorname
         print(f"   B's BEGIN IMMEDIATE: {exc} ({exc.sqlite_errorname}),")
         print("   before B has read anything; with a busy timeout B simply waits here")
     chosen_a = a.execute(CHOOSE).fetchone()[0]
@@ -132,5 +139,6 @@ with tempfile.TemporaryDirectory() as tmp:
     b.execute(TAKE, ("B", chosen_b))
     b.execute("COMMIT")
     print(f"   A took {chosen_a}, B took {chosen_b}: one message, one owner")
+    assert (chosen_a, chosen_b) == ("E0001", "E0002"), "not one owner each"
     a.close()
     b.close()

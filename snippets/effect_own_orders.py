@@ -4,16 +4,15 @@ The store knows nothing of orders. This program owns an `orders` table (in the
 queue's file, so that it can join the completion's transaction) and writes its
 effect in the two ways the protocol offers:
 
-1. a handler, `place_order(tx, message)`, given to `store.complete(lease, ...)`:
-   the store opens the transaction, checks the lease, calls the handler,
-   re-checks the lease and ACKs;
+1. a handler, `place_order(tx, message)`, given to `store.complete_message`
+   (what `work()` calls): one transaction with the order and the fenced ACK;
 2. its own SQL inside `store.transaction()`, between `store.leased_tx(tx, lease)`
    (the fenced check; it returns the message as stored) and
-   `store.complete_tx(tx, lease)` (the re-check and the ACK).
+   `store.complete_tx(tx, lease)` (the fenced ACK).
 
-Then a slow worker writes its order and finds at the re-check that its lease
-has ended: `LeaseLost` leaves the `with` block and the order rolls back with
-the transaction. The next claim completes that message, once.
+Then a slow worker writes its order and finds at the ACK that its lease has
+ended: `LeaseLost` leaves the `with` block and the order rolls back with the
+transaction. The next claim completes that message, once.
 
 Run: python effect_own_orders.py   (needs queue_core installed; leaves nothing behind)
 """
@@ -62,11 +61,11 @@ with tempfile.TemporaryDirectory() as folder:
 
     # --8<-- [start:shown]
     # 1. The handler form: one call, one transaction.
-    lease = store.claim(lease_seconds=30)
-    completion = store.complete(lease, place_order)
+    claimed = store.claim_message(lease_seconds=30)
+    completion = store.complete_message(claimed, place_order)
     print(
-        "1. store.complete(lease, place_order)      "
-        f"{lease.event_id}: {completion.outcome.value}"
+        "1. complete_message(claimed, place_order)  "
+        f"{claimed.lease.event_id}: {completion.outcome.value}"
     )
 
     # 2. The explicit form: your SQL between the fenced check and the ACK.
@@ -82,7 +81,7 @@ with tempfile.TemporaryDirectory() as folder:
         f"{lease.event_id}: {completion.outcome.value}"
     )
 
-    # 3. The explicit form, too slow: the re-check refuses, the order rolls back.
+    # 3. The explicit form, too slow: the fenced ACK refuses, the order rolls back.
     lease = store.claim(lease_seconds=30)
     try:
         with store.transaction() as tx:
@@ -91,16 +90,19 @@ with tempfile.TemporaryDirectory() as folder:
             clock.advance(30)  # the work took the whole lease
             store.complete_tx(tx, lease)
     except LeaseLost as exc:
+        assert exc.code == "lease_lost"
         print(f"3. too slow: LeaseLost ({exc})")
+    else:
+        raise AssertionError("an ACK after the lease ended was accepted")
     # --8<-- [end:shown]
-    print(
-        f"   orders of {lease.event_id} after the rollback:",
-        store.read(
-            lambda view: view.execute(
-                "SELECT count(*) FROM orders WHERE event_id = ?", (lease.event_id,)
-            ).fetchone()[0]
-        ),
+    kept = store.read(
+        lambda view: view.execute(
+            "SELECT count(*) FROM orders WHERE event_id = ?", (lease.event_id,)
+        ).fetchone()[0]
     )
+    print(f"   orders of {lease.event_id} after the rollback: {kept}")
+    assert kept == 0, "the order of a refused ACK was kept"
+    assert store.message(lease.event_id).state == "leased", "a refused ACK changed it"
     again = store.claim(lease_seconds=30)
     print(
         f"   claimed again (generation {again.generation}):"
@@ -108,11 +110,14 @@ with tempfile.TemporaryDirectory() as folder:
     )
 
     print()
-    for event_id, customer, sku, quantity in store.read(
+    orders = store.read(
         lambda view: view.execute(
             "SELECT event_id, customer, sku, quantity FROM orders ORDER BY event_id"
         ).fetchall()
-    ):
+    )
+    for event_id, customer, sku, quantity in orders:
         state = store.message(event_id).state
         print(f"order {event_id}: {customer} {sku} x{quantity}, message {state}")
     print("queue:", store.status().to_dict())
+    assert store.status().messages["done"] == 3, "not every message is done"
+    assert len(orders) == 3, "not one order per message"

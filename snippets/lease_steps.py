@@ -41,19 +41,27 @@ with tempfile.TemporaryDirectory() as folder:
     row("A: claim", f"lease, generation {first.generation}")
 
     clock.set(first.lease_until - 1)
-    row("B: claim", store.claim(lease_seconds=2))  # A still holds it: nothing to claim
+    early = store.claim(lease_seconds=2)  # A still holds it: nothing to claim
+    row("B: claim", early)
+    assert early is None, "a lease was taken over before lease_until"
 
     clock.set(first.lease_until)
     # expired, but stored as leased until a claim
     row("status", dict(store.status().messages))
+    assert store.message("E0001").state == "leased", "expiry wrote something"
     try:
         store.complete(first, Handler())
     except LeaseLost as exc:
+        assert exc.code == "lease_lost"
         refusal = str(exc)
         row("A: complete", "LeaseLost")
+    else:
+        raise AssertionError("a completion at lease_until was accepted")
+    assert ledger.effects(store) == [], "a refused completion left an effect"
 
     second = store.claim(lease_seconds=2)
     row("B: claim", f"lease, generation {second.generation}")
+    assert (second.generation, second.attempt) == (2, 2), "not a new lease"
 
     clock.advance(1)
     row("B: complete", store.complete(second, Handler()).outcome.value)
@@ -61,3 +69,4 @@ with tempfile.TemporaryDirectory() as folder:
     print()
     print(f"A was refused: {refusal}")
     print(f"effects: {ledger.effects(store)}")
+    assert ledger.effects(store) == [("E0001", "book", 10000)], "not counted once"
