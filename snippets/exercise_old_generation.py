@@ -33,9 +33,11 @@ def check(store, total_cents, effects, **states):
         f"money: {snapshot.total_cents}, effects: {snapshot.effects_count}, "
         f"states: {snapshot.to_dict()['messages']}"
     )
-    assert snapshot.total_cents == total_cents
-    assert snapshot.effects_count == effects
-    assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states
+    assert snapshot.total_cents == total_cents, "the money is not what it should be"
+    assert snapshot.effects_count == effects, "an effect is missing or doubled"
+    assert {s: n for s, n in snapshot.to_dict()["messages"].items() if n} == states, (
+        "the messages are not in the states they should be"
+    )
 
 
 # --8<-- [start:shown]
@@ -51,10 +53,13 @@ def solve(store, clock):
     for moment in ("before B completes", "after B completes"):
         try:
             store.complete(worker_a, toy)
-            print(f"A {moment}: accepted (wrong!)")
         except LeaseLost as exc:
             print(f"A {moment}: refused:")
             print(f"  {exc}")
+        else:
+            raise AssertionError(f"A's old generation completed {moment}")
+        m = store.message("E0004")
+        assert m.generation == worker_b.generation, "A's refusal changed the message"
         if moment == "before B completes":
             print("B:", store.complete(worker_b, toy).outcome.value)
 

@@ -57,6 +57,9 @@ with tempfile.TemporaryDirectory() as folder:
                 f"  {clock.now()}  working; stored lease until {until}; "
                 f"another worker's claim gets {other.event_id if other else 'nothing'}"
             )
+            assert other is None or other.event_id != "E0001", (
+                "another worker claimed E0001 while the heartbeat kept its lease"
+            )
             if other is not None:
                 store.complete(other, Handler())
     print(f"  {clock.now()}  work done; lost: {beat.lost}")
@@ -66,6 +69,7 @@ with tempfile.TemporaryDirectory() as folder:
         f"  {clock.now()}  complete: {outcome.outcome.value}; "
         f"attempts {m.attempts}, generation {m.generation}"
     )
+    assert (m.state, m.attempts) == ("done", 1), "the heartbeat did not keep the lease"
     store.close()
     print()
 
@@ -85,15 +89,20 @@ with tempfile.TemporaryDirectory() as folder:
     with store.heartbeat(lease, every=0.01, lease_seconds=10) as beat:
         try:
             store.complete(lease, slow_handler)
-            print("  complete: accepted")
         except LeaseLost as exc:
             print(f"  {clock.now()}  complete: LeaseLost: {exc.message}")
+        else:
+            raise AssertionError("a completion after its lease ended was accepted")
         # the waiting extension now runs, too late
         wait_for(lambda: beat.lost is not None)
     # --8<-- [end:shown]
-    until = store.message("E0001").lease_until
-    print(f"  stored lease until {until}: no extension got in")
+    m = store.message("E0001")
+    print(f"  stored lease until {m.lease_until}: no extension got in")
     lost = beat.lost.message if beat.lost else None
     print(f"  the heartbeat afterwards: LeaseLost: {lost}")
     print(f"  effects: {ledger.effects(store)}")
+    assert (m.state, m.lease_until, m.attempts) == ("leased", 1010, 1), (
+        "the refused completion (or a late extension) changed the message"
+    )
+    assert ledger.effects(store) == [], "the refused completion's effect was committed"
     store.close()

@@ -86,7 +86,11 @@ with tempfile.TemporaryDirectory() as folder:
             f"   kept: SHA-256 {kept[:16]}..., the canonical payload's: "
             f"{kept == hashlib.sha256(before.payload.encode()).hexdigest()}"
         )
-        print(f"   the batch again: {store.enqueue(BATCH).to_dict()}")
+        again = store.enqueue(BATCH)
+        print(f"   the batch again: {again.to_dict()}")
+        assert (again.accepted, again.duplicates) == (0, 5), (
+            "after prune, the same payloads were not all duplicates: the hash was lost"
+        )
         try:
             store.enqueue(
                 '{"event_id": "E0005",'
@@ -95,12 +99,21 @@ with tempfile.TemporaryDirectory() as folder:
                 ' "payload": {"category": "book", "amount_cents": 10001}}\n'
             )
         except BatchRejected as exc:
-            print(
-                f"   E0001 with another amount: {exc.code} on line {exc.line}; "
-                f"E0005 stored: {any(m.event_id == 'E0005' for m in store.messages())}"
-            )
+            conflict = exc
+        else:
+            raise AssertionError("after prune, another payload under E0001 was accepted")
+        stored = any(m.event_id == "E0005" for m in store.messages())
+        assert (conflict.code, conflict.line, stored) == ("event_conflict", 2, False), (
+            "after prune, another payload under a pruned id was not refused as a "
+            "conflict of the whole batch"
+        )
+        print(
+            f"   E0001 with another amount: {conflict.code} on line {conflict.line}; "
+            f"E0005 stored: {stored}"
+        )
         dead = store.message("E0004")
         print(f"   E0004 {dead.state}: payload {dead.payload}, pruned {dead.pruned}")
+        assert (dead.state, dead.pruned) == ("dead", False), "prune touched a dead letter"
         effects = ledger.report(store).to_dict()["effects"]
         print(f"   effects: {effects['count']}, total_cents {effects['total_cents']}")
         print(f"   by category: {effects['by_category']}")

@@ -30,13 +30,20 @@ with tempfile.TemporaryDirectory() as folder:
         ))
         print(store.send("E0001", {"sku": "book-7", "quantity": 2}))
         print(store.send("E0002", {"sku": "pen-3", "quantity": 1}, delay=60))
-        print(store.enqueue([
+        listed = store.enqueue([
             {"event_id": "E0003", "payload": {"sku": "book-7", "quantity": 0}},
             {"event_id": "E0001", "payload": {"quantity": 2, "sku": "book-7"}},
-        ]))
+        ])
+        print(listed)
+        assert listed.duplicates == 1, "the same payload in another key order was new"
         print("at 1000:", work(store, reserve))
+        delayed = store.message("E0002")
+        assert (delayed.state, delayed.attempts) == ("ready", 0), (
+            "E0002 was claimed before its delay ended"
+        )
         clock.advance(60)
         print("at 1060:", work(store, reserve))
+        assert store.message("E0002").state == "done", "E0002 was not done after its delay"
         for m in store.messages():
             print(f"  {m.event_id} {m.state:<5} {m.last_error or ''}".rstrip())
         rows = store.read(lambda tx: tx.execute(

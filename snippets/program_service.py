@@ -41,6 +41,10 @@ with tempfile.TemporaryDirectory() as folder:
     worker.send_signal(signal.SIGTERM)  # what systemctl stop sends
     out, err = worker.communicate(timeout=60)
     print("exit status:", worker.returncode)
-    print("summary:", json.loads(out))
+    print("summary:", json.loads(out) if out else err)
     with Store(here / "queue.sqlite3", clock=ModelClock(1000)) as store:
-        print({m.event_id: m.state for m in store.messages()})
+        states = {m.event_id: m.state for m in store.messages()}
+    print(states)
+    assert worker.returncode == 0, "SIGTERM did not end the worker with status 0"
+    assert states["E0002"] == "done", "SIGTERM did not let the message in hand finish"
+    assert list(states.values()).count("ready") == 3, "a message was taken after SIGTERM"

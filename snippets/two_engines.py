@@ -98,6 +98,11 @@ try:
         except LeaseLost as refused:
             reason = str(refused).replace("; ", ";\n" + " " * 6)
             print(f"{clock.now()}  A completes: LeaseLost: {reason}")
+        else:
+            raise AssertionError("A's stale lease completed")
+        held = a.message("E0001")
+        assert (held.state, held.generation) == ("leased", 2), "A's refusal changed E0001"
+        assert ledger.effects(a) == [], "A's refused completion wrote its effect"
         completion = b.complete(lease_b, Handler())
         print(f"{clock.now()}  B completes: {completion.outcome.value}")
         summary = json.dumps(work(b, Handler()).to_dict(), separators=(",", ":"))
