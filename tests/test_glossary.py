@@ -1,7 +1,9 @@
 """The glossary: every term defined once, shown as a tooltip, and true to the code.
 
-The first tests check the glossary's form: each term once, a tooltip for
-each, a link from each entry to the chapter that explains it. The rest hold
+The first tests check the glossary's form: each term once, in alphabetical
+order, with an anchor and an A-Z index of them at the top, a tooltip for
+each, a link from each entry to the chapter that explains it, and a
+definition of every word the promise uses. The rest hold
 the sentences of the glossary, and of the pages around it, that state a
 behaviour: the numbers it names, the attempt budget, what a lease expiry
 writes, what a deferred ``BEGIN`` does, and where WAL keeps its write lock.
@@ -40,14 +42,53 @@ TERMS = {
     # "operation" alone is too common a word for a tooltip: only the tenant gets one.
     "Tenant, operation": "tenant", "WAL": "WAL", "Busy timeout": "busy timeout", "Model clock": None,
     "Lease extension, heartbeat": "heartbeat", "Release": None, "Prune": "prune",
+    # the words of the promise (docs/includes/promise.md); "event", "message" and
+    # "handler" are too common for a tooltip
+    "Event": None, "Message": None, "Handler": None, "Claim token": "claim token", "Fence": "fence",
+    "Durable, storage that keeps its promises": None, "Promise": None,
 }
+# Every word the promise uses, defined here (and the fence's words).
+PROMISE_WORDS = ["Event", "Message", "Effect", "ACK", "Fence", "Generation", "Claim token",
+                 "Durable, storage that keeps its promises", "At-least-once", "At-most-once", "Exactly-once",
+                 "Delivery", "Receipt", "Handler", "Promise"]
+ANCHOR = re.compile(r"\s*\{ #([a-z0-9_-]+) \}$")
 NUMBER_WORDS = {1: "One", 2: "Two", 3: "Three", 4: "Four", 5: "Five"}
 
 
-def defined_terms() -> list[str]:
+def term_lines() -> list[str]:
+    """Each term line as written: the term, then its anchor ``{ #id }``."""
     # Definition lists: a term line followed by a line starting with ":   ".
     lines = GLOSSARY.splitlines()
     return [lines[i].strip() for i in range(len(lines) - 1) if lines[i + 1].startswith(":   ")]
+
+
+def defined_terms() -> list[str]:
+    return [ANCHOR.sub("", line) for line in term_lines()]
+
+
+def sort_key(term: str) -> str:
+    return term.strip("`").casefold()
+
+
+def in_order(terms: list[str]) -> list[str]:
+    """The terms out of alphabetical order (empty when all are in order)."""
+    return [b for a, b in zip(terms, terms[1:]) if sort_key(a) > sort_key(b)]
+
+
+def index_links(glossary: str) -> list[tuple[str, str]]:
+    """The A-Z index: (letter, anchor) of each link on the line of letters above the first term."""
+    head = glossary.split("\n\n" + term_lines()[0], 1)[0]
+    return re.findall(r"\[([A-Z])\]\(#([a-z0-9_-]+)\)", head)
+
+
+def expected_index(lines: list[str]) -> list[tuple[str, str]]:
+    """Each letter that starts a term, with the anchor of its first term."""
+    first: dict[str, str] = {}
+    for line in lines:
+        anchor = ANCHOR.search(line)
+        assert anchor, f"{line}: no anchor {{ #id }}"
+        first.setdefault(sort_key(ANCHOR.sub("", line))[0].upper(), anchor.group(1))
+    return list(first.items())
 
 
 def definitions() -> dict[str, str]:
@@ -60,7 +101,7 @@ def definitions() -> dict[str, str]:
         elif line.startswith("    ") and term in entries:
             entries[term] += " " + line.strip()
         elif line.strip():
-            term = line.strip()
+            term = ANCHOR.sub("", line.strip())
     return entries
 
 
@@ -80,6 +121,61 @@ def test_every_term_is_defined_once() -> None:
         assert terms.count(term) == 1, term
     assert len(terms) == len(set(terms)), "a term is defined twice"
     assert set(terms) == set(TERMS), "a glossary entry this test does not know, or one missing"
+
+
+def test_the_terms_are_in_alphabetical_order() -> None:
+    assert in_order(defined_terms()) == []
+    # negative control: a term out of place is named
+    assert in_order(["ACK", "Lease", "Claim", "WAL"]) == ["Claim"]
+    assert in_order(["`available_at`", "Backoff"]) == []  # backticks do not count
+
+
+def test_the_index_links_each_letter_to_its_first_term() -> None:
+    lines = term_lines()
+    anchors = [ANCHOR.search(line) for line in lines]
+    assert all(anchors), "every term has an anchor"
+    assert len({a.group(1) for a in anchors if a}) == len(lines), "two terms share an anchor"
+    assert index_links(GLOSSARY) == expected_index(lines)
+    # negative control: an index whose letter points at the second term of its letter
+    letters = expected_index(lines)
+    wrong = GLOSSARY.replace(f"[A](#{letters[0][1]})", "[A](#at-most-once)", 1)
+    assert index_links(wrong) != expected_index(lines)
+
+
+def test_the_glossary_defines_every_word_of_the_promise() -> None:
+    terms = defined_terms()
+    for word in PROMISE_WORDS:
+        assert word in terms, word
+    entries = definitions()
+    assert "(queue, event_id)" in flat(entries["Message"])
+    assert '--8<-- "docs/includes/promise.md"' in entries["Promise"]
+    assert '--8<-- "docs/includes/fence.md"' in entries["Fence"]
+    token = flat(entries["Claim token"])
+    assert "fencing token" in token and "generation and the claim token together" in token
+    durable = flat(entries["Durable, storage that keeps its promises"])
+    for fact in ["a COMMIT it reported stays", "`synchronous = FULL` in WAL mode", "`fsync = on`",
+                 "synchronous replication", "Asynchronous replication can lose"]:
+        assert fact in durable, fact
+    # "token" alone is not a word of this site: always "claim token" (or Kleppmann's "fencing token")
+    for term, text in entries.items():
+        # (`Lease.token` names the attribute; "token" in quotes names the word)
+        assert not re.search(r'(?<!claim )(?<!fencing )(?<![."])\btoken\b(?!")', flat(text)), term
+
+
+def test_fencing_is_the_whole_fence_not_the_generation_alone() -> None:
+    fencing = flat(definitions()["Fencing"])
+    assert "claim token" in fencing and "ended" in fencing and "no longer leased" in fencing
+    tips = tooltip_terms()
+    for tip in ("fencing", "Fencing", "generation", "Generation"):
+        assert "claim token" in tips[tip], tip
+        assert "fencing number" not in tips[tip].lower()
+
+
+def test_queue_core_sets_the_durability_the_glossary_names(tmp_path: Path) -> None:
+    with Store(tmp_path / "queue.sqlite3", clock=ModelClock(1000)) as store:
+        with store.transaction() as tx:
+            assert tx.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert tx.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 def test_every_core_term_has_a_tooltip_in_both_cases() -> None:
