@@ -14,7 +14,9 @@ At build time (and under pytest) every named test is looked up in its file:
 a renamed or deleted test fails the build instead of leaving a dead claim.
 Each test id links to its line in the repository when ``REPO_URL`` is set
 (the Pages workflow sets it), and the table is followed by the command that
-runs exactly those tests.
+runs exactly those tests, with the step that installs pytest first: the
+``.venv`` that ``make serve`` and ``make site`` make holds the documentation's
+requirements only, and ``make test`` adds the test requirements.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def cell(test: str) -> str:
 
 WIDTH = 88  # a line of the command, as its page shows it
 PYTEST = ".venv/bin/python -m pytest"
+# What a reader runs first: `make serve` installs no pytest into .venv.
+RUN_THEM = (
+    "Run them: `make test` installs pytest and the test requirements into `.venv`"
+    " and runs everything; `make .venv/.test-installed` only installs them. After"
+    " either, this runs exactly the tests above:"
+)
 
 
 def _test_names(file: str) -> list[str]:
@@ -134,4 +142,4 @@ def table(rows: list[tuple[str, str]]) -> str:
         lines.append(f"| {claim} | {cell(test)} |")
         if test not in ids:
             ids.append(test)
-    return "\n".join(lines) + f"\n\nRun them:\n\n```bash\n{command(ids)}\n```\n"
+    return "\n".join(lines) + f"\n\n{RUN_THEM}\n\n```bash\n{command(ids)}\n```\n"

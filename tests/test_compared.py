@@ -54,6 +54,7 @@ TITLED_HTTPS_LINK = re.compile(r"\[([^\]]*\S[^\]]*)\]\((https://[^)\s]+)\)")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 EXPLICIT_ID = re.compile(r"\{[^}]*#([\w-]+)[^}]*\}\s*$")
+BLOCK_ID = re.compile(r"^\{:?\s*#([\w-]+)[^}]*\}\s*$")  # attr_list on the block above
 FORBIDDEN_WORDS = re.compile(r"\bseed\b|\bSPEC\b|the specification's wording", re.IGNORECASE)
 
 
@@ -118,11 +119,18 @@ def names_other_system(cell: str) -> bool:
 
 
 def anchors_of(page_text: str) -> set[str]:
-    """The ids Python-Markdown's toc gives the headings of a page (default slugify)."""
+    """The ids of a page: its headings' (toc, default slugify), and a block's own.
+
+    attr_list gives a paragraph an id with ``{#name}`` at the end of its last
+    line; a page that renamed a heading keeps the old anchor that way.
+    """
     ids: set[str] = set()
     for _, line in prose_lines(page_text, blank_code=False):
         match = HEADING.match(line)
         if not match:
+            block_id = BLOCK_ID.search(line)
+            if block_id:
+                ids.add(block_id.group(1))
             continue
         title = match.group(2)
         explicit = EXPLICIT_ID.search(title)
