@@ -90,6 +90,8 @@ with tempfile.TemporaryDirectory() as tmp:
         )
         print(f"  {event_id}: {tried}; state={state}")
     print(f"  effects: {conn.execute('SELECT count(*) FROM effects').fetchone()[0]}")
+    starved = conn.execute("SELECT attempts FROM messages WHERE event_id = 'E0002'")
+    assert starved.fetchone()[0] == 0, "the naive loop never claims E0002"
     conn.close()
 
     print("queue_core: a temporary failure waits (backoff) and the others go on")
@@ -103,6 +105,10 @@ with tempfile.TemporaryDirectory() as tmp:
             clock.advance(1)
             continue
         completion = store.complete(lease, handler)
+        if completion.error:  # a temporary failure: due again after the backoff
+            wait = 2 ** (lease.attempt - 1)  # the rule: 1 s, then 2 s, doubling
+            due = clock.now() + wait
+            assert completion.available_at == due, "available_at = now + backoff"
         why = (
             f" ({completion.error}), due again at {completion.available_at}"
             if completion.error
@@ -113,3 +119,4 @@ with tempfile.TemporaryDirectory() as tmp:
             f" {completion.outcome.value}{why}"
         )
     print(f"  effects: {ledger.effects(store)}")
+    assert len(ledger.effects(store)) == 2, "both sales counted once"
