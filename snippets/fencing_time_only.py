@@ -90,3 +90,6 @@ with tempfile.TemporaryDirectory() as folder:
     row(1002, "B: claim", f"lease until {b_until}")
     row(1003, "A wakes: complete", complete(db, "E0001", 1003))
     row(1003, "B: complete", complete(db, "E0001", 1003))
+    with closing(sqlite3.connect(db)) as conn:
+        total = conn.execute("SELECT cents FROM totals").fetchone()[0]
+    assert total == 20000, "the naive time check should have doubled the sale"
