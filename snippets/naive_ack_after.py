@@ -71,3 +71,6 @@ with tempfile.TemporaryDirectory() as folder:
     row(f"enqueue E0001 ({AMOUNT_CENTS})", "", db)
     row("worker 1: effect, then dies", run_worker(db, "die"), db)
     row("worker 2: redelivery", run_worker(db, "live"), db)
+    with closing(sqlite3.connect(db)) as conn:
+        total = conn.execute("SELECT cents FROM totals").fetchone()[0]
+    assert total == 2 * AMOUNT_CENTS, "the naive worker should have doubled E0001"

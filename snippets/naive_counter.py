@@ -51,3 +51,5 @@ print(f"{'category':<9} {'counted':>8} {'worth':>8}")
 for category in sorted(worth):
     print(f"{category:<9} {counted[category]:>8} {worth[category]:>8}")
 print(f"{'total':<9} {sum(counted.values()):>8} {sum(worth.values()):>8}")
+# the repeated E0001 was counted twice
+assert counted["book"] == 2 * worth["book"], "the naive counter should double E0001"
