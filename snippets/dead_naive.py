@@ -131,3 +131,6 @@ with tempfile.TemporaryDirectory() as tmp:
         f"  total {ledger.report(store).total_cents};",
         f"the dead letters keep the other {held} cents",
     )
+    dead = [(m.event_id, m.last_error) for m in store.dead_letters()]
+    assert dead == [("E0002", "invalid_payload"), ("E0004", "invalid_payload")]
+    assert ledger.report(store).total_cents + held == sent, "nothing vanished"

@@ -50,13 +50,24 @@ with tempfile.TemporaryDirectory() as tmp:
     claim_and_complete(Handler())  # E0001: done
     show(f"claim + complete: {claim_and_complete(Handler())}")
     at(1500)
-    for request in (["E0001"], ["E0004", "E0404"]):
+    for request, code in (
+        (["E0001"], "not_dead"),
+        (["E0004", "E0404"], "unknown_event"),
+    ):
         try:
             store.redrive(request)
         except (NotDead, UnknownEvent) as exc:
             show(f"redrive {' '.join(request)}: {exc.code}")
+            assert exc.code == code, f"only dead ones: {code}"
+        else:
+            raise AssertionError(f"redrive {request} was accepted")
+    dead = store.message("E0004")
+    assert (dead.state, dead.attempts) == ("dead", 1), "all or none: nothing changed"
     store.redrive(["E0004"])
     show("redrive E0004")
+    m = store.message("E0004")
+    assert (m.state, m.attempts, m.available_at) == ("ready", 0, clock.now())
+    assert m.generation == dead.generation, "the generation is kept"
     show(f"claim + same handler: {claim_and_complete(Handler())}")
     at(1600)
     store.redrive(["E0004"])
@@ -65,4 +76,5 @@ with tempfile.TemporaryDirectory() as tmp:
     show(f"claim + handler knows toy: {claim_and_complete(knows_toy)}")
     print(f"last_error of E0004 now: {store.message('E0004').last_error}")
     print(f"effects: {ledger.effects(store)}")
+    assert [e[0] for e in ledger.effects(store)] == ["E0001", "E0004"], "once each"
     # --8<-- [end:shown]
