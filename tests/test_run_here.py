@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from docs_support.run_here import blocks
 from tests.site_build import ROOT, open_page, serving, site_pages
 
 pytestmark = pytest.mark.timeout(900)
@@ -97,41 +98,59 @@ def runtime_requests(requested: list[str]) -> list[str]:
     return [url for url in requested if any(part in url for part in RUNTIME)]
 
 
+def _site_path(page: Path) -> str:
+    """The built page's path under the site's root: docs/start.md is /start/."""
+    name = page.relative_to(ROOT / "docs").with_suffix("").as_posix()
+    return "/" if name == "index" else f"/{name.removesuffix('/index')}/"
+
+
+# Every page with a block that gets Run, found from the sources as the build
+# finds them (docs_support.run_here), so that one page can be run alone:
+# ``pytest tests/test_run_here.py -k start``.
+RUN_PAGES = [page for page in sorted((ROOT / "docs").rglob("*.md"))
+             if any(why is None for _, why in blocks(page))]
+
+
+def test_enough_pages_and_blocks_have_run() -> None:
+    assert len(RUN_PAGES) >= 15, RUN_PAGES
+    assert sum(why is None for page in RUN_PAGES for _, why in blocks(page)) >= 50
+    assert ROOT / "docs" / "start.md" in RUN_PAGES  # the first page a reader meets
+
+
+def test_the_pages_with_run_are_the_ones_their_sources_say(built_site: Path) -> None:
+    built = [path for path in site_pages(built_site)
+             if 'class="qc-run"' in (built_site / path.lstrip("/") / "index.html").read_text("utf-8")]
+    assert built == sorted(_site_path(page) for page in RUN_PAGES)
+
+
+@pytest.mark.parametrize("source", RUN_PAGES,
+                         ids=[p.relative_to(ROOT / "docs").with_suffix("").as_posix() for p in RUN_PAGES])
 def test_every_block_with_run_prints_what_the_build_recorded(browser, built_site: Path,
-                                                             served_under_prefix: str) -> None:
-    pages = [p for p in site_pages(built_site)
-             if 'class="qc-run"' in (built_site / p.lstrip("/") / "index.html").read_text("utf-8")]
-    assert len(pages) >= 15, pages
-    ran, timings, differs = 0, [], []
-    for path in pages:
-        context, page, problems, requested = open_page(browser, served_under_prefix + path)
-        try:
-            count = page.locator(".qc-run").count()
-            assert count == (built_site / path.lstrip("/") / "index.html").read_text("utf-8").count('class="qc-run"')
-            assert runtime_requests(requested) == [], f"{path}: the runtime loaded before any Run"
-            for index in range(count):
-                result = run_block(page, index)
-                where = f"{path} block {index + 1} of {count}"
-                printed, recorded = normalized(str(result["printed"])), normalized(str(result["recorded"]))
-                if result["state"] != "done" or printed != recorded:
-                    differs.append(f"{where} ({result['state']}):\n{printed}\n--- recorded:\n{recorded}")
-                timings.append((path, index, result["loadMs"], result["runMs"]))
-                ran += 1
-            assert any("pyodide.asm.wasm" in url for url in requested), path
-            assert problems == [], f"{path}: {problems}"
-        finally:
-            context.close()
+                                                             served_under_prefix: str, source: Path) -> None:
+    path = _site_path(source)
+    html = (built_site / path.lstrip("/") / "index.html").read_text("utf-8")
+    expected = sum(why is None for _, why in blocks(source))
+    assert html.count('class="qc-run"') == expected, f"{path}: the build gave Run to other blocks"
+    timings, differs = [], []
+    context, page, problems, requested = open_page(browser, served_under_prefix + path)
+    try:
+        count = page.locator(".qc-run").count()
+        assert count == expected
+        assert runtime_requests(requested) == [], f"{path}: the runtime loaded before any Run"
+        for index in range(count):
+            result = run_block(page, index)
+            where = f"{path} block {index + 1} of {count}"
+            printed, recorded = normalized(str(result["printed"])), normalized(str(result["recorded"]))
+            if result["state"] != "done" or printed != recorded:
+                differs.append(f"{where} ({result['state']}):\n{printed}\n--- recorded:\n{recorded}")
+            timings.append((index, result["loadMs"], result["runMs"]))
+        assert any("pyodide.asm.wasm" in url for url in requested), path
+        assert problems == [], f"{path}: {problems}"
+    finally:
+        context.close()
     assert differs == [], "\n\n".join(differs)
-    first = [t for t in timings if t[2] > 0]
-    repeat = [t[3] for t in timings if t[2] == 0]
-    print(f"\nrun here: {ran} blocks on {len(pages)} pages printed what the build recorded")
-    print("  first Run of a page (runtime load + run), ms: "
-          f"median {sorted(t[2] + t[3] for t in first)[len(first) // 2]:.0f}, "
-          f"max {max(t[2] + t[3] for t in first):.0f}")
-    print(f"  later Runs, ms: median {sorted(repeat)[len(repeat) // 2]:.0f}, max {max(repeat):.0f}")
-    slowest = sorted((t for t in timings if t[2] == 0), key=lambda t: -t[3])[:3]
-    print("  slowest later Runs: " + ", ".join(f"{p} block {i + 1}: {ms:.0f} ms" for p, i, _, ms in slowest))
-    assert ran >= 50
+    print(f"\nrun here: {path}: {len(timings)} blocks printed what the build recorded; ms (load + run): "
+          + ", ".join(f"block {i + 1}: {load:.0f} + {run:.0f}" for i, load, run in timings))
 
 
 def test_an_edited_block_runs_its_edit_an_exception_shows_and_reset_restores(
