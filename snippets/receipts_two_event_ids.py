@@ -37,7 +37,7 @@ BATCH = "".join(
 )
 
 
-def run(title, handler):
+def run(title, handler, effects_expected):
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "queue.sqlite3"
         store = Store(db, clock=ModelClock(1000))
@@ -51,7 +51,12 @@ def run(title, handler):
         print(f"  total_cents: {ledger.report(store).total_cents}")
         keys = [(r.tenant, r.operation, r.effect) for r in receipts.stored(store)]
         print(f"  receipts: {keys}")
+        states = [m.state for m in store.messages()]
+        effects = [e[0] for e in ledger.effects(store)]
+        assert states == ["done", "done"], "both messages end done"
+        assert effects == effects_expected, f"{title} effects {effects_expected}"
 
 
-run("without a receipt:", Handler())
-run("with a receipt:", ReceiptHandler(Handler()))
+run("without a receipt:", Handler(), ["E0001", "E0002"])
+# with a receipt, E0002 is ACKed on E0001's effect: no effect of its own
+run("with a receipt:", ReceiptHandler(Handler()), ["E0001"])
