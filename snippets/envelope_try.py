@@ -27,7 +27,9 @@ second = (
 
 with tempfile.TemporaryDirectory() as folder:
     store = Store(Path(folder) / "queue.sqlite3", clock=ModelClock(1000))
-    print("first batch: ", store.enqueue(first))
+    result = store.enqueue(first)
+    print("first batch: ", result)
+    assert (result.accepted, result.duplicates) == (2, 1), "E0001 again: a duplicate"
     for message in store.messages():
         # ascii(): shows U+2028 as \u2028
         print(f"  stored {message.event_id}: {ascii(message.payload)}")
@@ -36,7 +38,12 @@ with tempfile.TemporaryDirectory() as folder:
     except BatchRejected as exc:
         print(f"second batch: {exc.code} at line {exc.line}")
         print(f"  {exc.message}")
+        assert (exc.code, exc.line) == ("event_conflict", 2), "10000.0 is not 10000"
+    else:
+        raise AssertionError("the second batch was accepted")
     try:
         store.message("E0009")
     except UnknownEvent as exc:
         print(f"  and E0009 was not written either: {exc.code}")
+    else:
+        raise AssertionError("a rejected batch wrote E0009")
