@@ -1,9 +1,9 @@
 """Completing a leased message: effect + ACK, failure, extension, heartbeat.
 
 Every operation here is fenced: it changes the message only while the lease
-it is given is the message's current, unexpired lease (the generation and
-the deadline are checked in the same statement that writes), and raises
-``LeaseLost`` otherwise.
+it is given is the message's current, unexpired lease (state leased, the
+generation, the claim token and the deadline, checked inside the writing
+transaction), and raises ``LeaseLost`` otherwise.
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ class Completions(Reads):
             # claim that issued this lease, and issued its generation again
             raise LeaseLost(
                 f"{lease.event_id}: generation {lease.generation} was issued again "
-                "(the lease's token differs: its claim was lost)"
+                "(the claim token differs: its claim was lost)"
             )
         if message.state != "leased" or message.lease_until is None:
             raise LeaseLost(f"{lease.event_id} is {message.state}, not leased")

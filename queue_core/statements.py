@@ -99,7 +99,7 @@ class Statements:
     # a lease given back, fenced like the ACK: ready again at its old place,
     # and the claim that took it does not count as an attempt
     release: str
-    # one message, and one locked with its lease's token for the fenced check
+    # one message, and one locked with its lease's claim token for the fenced check
     message: str
     lease_locked: str
     # the fence and the ACK in one statement

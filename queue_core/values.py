@@ -21,13 +21,14 @@ STATES: Final = ("ready", "leased", "done", "dead")
 class Lease:
     """A temporary, fenced right to process one message.
 
-    ``generation`` is the fencing token: every claim raises it, and every
-    completion must present the current one. ``token`` is a random number
-    drawn by the claim and stored with it, checked with the generation: a
-    database that lost a claim (a failover to a standby that lagged, a
-    restored backup) issues the same generation again, never the same token.
-    It is neither printed nor compared (it is random); 0 is the token of a
-    message claimed before schema version 5.
+    The fence checks ``generation`` and ``token`` together: every claim
+    raises the generation, and every fenced operation must present the
+    current one. ``token`` is the claim token, a random number drawn by the
+    claim and stored with it: a database that lost a claim (a failover to a
+    standby that lagged, a restored backup) issues the same generation
+    again, never the same claim token. It is neither printed nor compared
+    (it is random); 0 is the claim token of a message claimed before schema
+    version 5.
     """
 
     event_id: str
@@ -38,7 +39,7 @@ class Lease:
 
 
 def new_lease_token() -> int:
-    """A claim's random token: 1..2**63-1 (a signed 64-bit column holds it; 0 is "none")."""
+    """A claim's random claim token: 1..2**63-1 (a signed 64-bit column holds it; 0 is "none")."""
     return secrets.randbelow(2**63 - 1) + 1
 
 

@@ -95,7 +95,7 @@ def test_the_message_says_why_a_reissued_generation_is_refused(store: Store) -> 
         store.fail(old, "handler_error")
     assert refused.value.message == (
         "E0001: generation 1 was issued again "
-        "(the lease's token differs: its claim was lost)")
+        "(the claim token differs: its claim was lost)")
 
 
 def test_a_batch_whose_claim_was_forgotten_acks_nothing(store: Store) -> None:
