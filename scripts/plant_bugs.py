@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -259,18 +260,26 @@ def _pytest(tree: Path, args: list[str], stop_first: bool, timeout: float) -> li
         if report.stat().st_size:
             for case in ET.parse(report).iter("testcase"):
                 for bad in list(case.findall("failure")) + list(case.findall("error")):
-                    message = (bad.get("message") or "").strip().splitlines()
+                    message = _why((bad.get("message") or "") + "\n" + (bad.text or ""))
                     cls, name = case.get("classname"), case.get("name")
                     failures.append({
                         "test": f"{cls}::{name}" if cls else str(name),
                         "type": bad.get("type") or bad.tag,
-                        "message": message[0][:200] if message else "",
+                        "message": message,
                     })
         return failures
     except subprocess.TimeoutExpired:
         return [{"test": " ".join(args), "type": "timeout", "message": f"over {timeout} s"}]
     finally:
         report.unlink(missing_ok=True)
+
+
+def _why(text: str) -> str:
+    """The line that says what failed: the last exception's, else the first line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    raised = [line.removeprefix("E").strip() for line in lines
+              if re.match(r"^(E\s+)?[\w.]*(Error|Exception|Lost|Rejected)\b", line)]
+    return (raised[-1] if raised else lines[0] if lines else "")[:200]
 
 
 def _snippets(tree: Path, skip: set[str], stop_first: bool) -> list[dict[str, str]]:
