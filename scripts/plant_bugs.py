@@ -144,8 +144,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "prune_drops_hash", "queue_core/reads.py",
-        (("(payload_digest(payload), self.queue, event_id)", "(None, self.queue, event_id)"),),
-        "prune keeps no hash: a re-sent event is no longer recognised as a duplicate",
+        (("(payload_digest(payload), self.queue, event_id)",
+          "(payload_digest(\"{}\"), self.queue, event_id)"),),
+        "prune keeps the hash of the emptied payload, not the payload's: a re-sent "
+        "event is no longer recognised as a duplicate",
     ),
     Mutation(
         "pruned_conflict_accepted", "queue_core/enqueues.py",
