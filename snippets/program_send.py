@@ -43,7 +43,7 @@ with tempfile.TemporaryDirectory() as folder:
         )
         clock.advance(60)
         print("at 1060:", work(store, reserve))
-        assert store.message("E0002").state == "done", "E0002 was not done after its delay"
+        assert store.message("E0002").state == "done", "E0002 not done after its delay"
         for m in store.messages():
             print(f"  {m.event_id} {m.state:<5} {m.last_error or ''}".rstrip())
         rows = store.read(lambda tx: tx.execute(

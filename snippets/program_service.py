@@ -47,4 +47,4 @@ with tempfile.TemporaryDirectory() as folder:
     print(states)
     assert worker.returncode == 0, "SIGTERM did not end the worker with status 0"
     assert states["E0002"] == "done", "SIGTERM did not let the message in hand finish"
-    assert list(states.values()).count("ready") == 3, "a message was taken after SIGTERM"
+    assert list(states.values()).count("ready") == 3, "a message was taken after it"
