@@ -46,7 +46,7 @@ def solve(store, clock):
     toy = Handler.with_categories({"toy"})
     store.redrive(["E0004"])
     redriven = store.message("E0004")
-    assert (redriven.state, redriven.attempts) == ("ready", 0), "redrive kept the attempts"
+    assert (redriven.state, redriven.attempts) == ("ready", 0), "redrive kept attempts"
     worker_a = store.claim(lease_seconds=LEASE_SECONDS)
     print(f"A leased {worker_a.event_id}, generation {worker_a.generation}")
     clock.advance(LEASE_SECONDS)  # A stalls until its lease has run out

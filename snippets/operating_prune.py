@@ -101,7 +101,7 @@ with tempfile.TemporaryDirectory() as folder:
         except BatchRejected as exc:
             conflict = exc
         else:
-            raise AssertionError("after prune, another payload under E0001 was accepted")
+            raise AssertionError("after prune, E0001 with another payload was accepted")
         stored = any(m.event_id == "E0005" for m in store.messages())
         assert (conflict.code, conflict.line, stored) == ("event_conflict", 2, False), (
             "after prune, another payload under a pruned id was not refused as a "
@@ -113,7 +113,7 @@ with tempfile.TemporaryDirectory() as folder:
         )
         dead = store.message("E0004")
         print(f"   E0004 {dead.state}: payload {dead.payload}, pruned {dead.pruned}")
-        assert (dead.state, dead.pruned) == ("dead", False), "prune touched a dead letter"
+        assert (dead.state, dead.pruned) == ("dead", False), "prune touched a dead one"
         effects = ledger.report(store).to_dict()["effects"]
         print(f"   effects: {effects['count']}, total_cents {effects['total_cents']}")
         print(f"   by category: {effects['by_category']}")

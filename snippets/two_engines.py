@@ -101,7 +101,7 @@ try:
         else:
             raise AssertionError("A's stale lease completed")
         held = a.message("E0001")
-        assert (held.state, held.generation) == ("leased", 2), "A's refusal changed E0001"
+        assert (held.state, held.generation) == ("leased", 2), "A's refusal changed it"
         assert ledger.effects(a) == [], "A's refused completion wrote its effect"
         completion = b.complete(lease_b, Handler())
         print(f"{clock.now()}  B completes: {completion.outcome.value}")
