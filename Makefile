@@ -1,9 +1,13 @@
 # Two commands do everything on a fresh clone:
 #   make serve   build the documentation site and serve it at http://127.0.0.1:8000
+#                (it prints each page's examples as they run; an unchanged example's
+#                output comes from .cache/exec, see overrides/build_cache.py)
 #   make test    type-check (mypy --strict), then run the whole test suite (unit, processes, docs-as-tests, strict build, browser)
 # Each creates .venv and installs the pinned dependencies it needs by itself.
 # For contributors, between two edits:
 #   make check   type-check, then the fast tests on SQLite (no PostgreSQL, no browser, no slow proof runs)
+# For authors, while writing pages:
+#   make live    mkdocs serve with the same cache: the page reloads on every save
 # For readers who want to run the documentation itself:
 #   make docs-test   every page's blocks, shell sessions and snippet programs, in .venv-docs
 
@@ -15,7 +19,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: test check docs-test serve site bench clean
+.PHONY: test check docs-test serve live site bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "queue_core needs Python >= 3.11; run: make PYTHON=python3.12 ...")'
@@ -58,10 +62,24 @@ site: $(VENV)/.docs-installed $(PYODIDE)
 	$(BIN)/python -m mkdocs build --strict --site-dir site
 
 # The site's own URL (canonical links, sitemap, instant navigation) is where it is served.
+# `make serve` and `make live` keep the executed examples' outputs in EXEC_CACHE
+# (overrides/build_cache.py, docs_support/exec_cache.py): an example whose source,
+# repository files and environment are unchanged is not run again. `make site`,
+# `make test` and the docs-as-tests never use it: they run every example.
+EXEC_CACHE := .cache/exec
 serve: $(VENV)/.docs-installed $(PYODIDE)
-	SITE_URL=http://$(HOST):$(PORT)/ $(BIN)/python -m mkdocs build --strict --site-dir site
+	QUEUE_CORE_EXEC_CACHE=$(EXEC_CACHE) SITE_URL=http://$(HOST):$(PORT)/ \
+		$(BIN)/python -m mkdocs build --strict --site-dir site
 	@echo "Serving the site at http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
 	$(BIN)/python -m http.server $(PORT) --bind $(HOST) --directory site
+
+# For authors: rebuilds and reloads the page on every save (of docs/, snippets/,
+# queue_core/, docs_support/, proof/ or overrides/), running only the examples
+# whose output may have changed.
+live: $(VENV)/.docs-installed $(PYODIDE)
+	QUEUE_CORE_EXEC_CACHE=$(EXEC_CACHE) SITE_URL=http://$(HOST):$(PORT)/ \
+		$(BIN)/python -m mkdocs serve --strict --dev-addr $(HOST):$(PORT) \
+		--watch snippets --watch queue_core --watch docs_support --watch proof --watch overrides
 
 # Docs-as-tests in an environment of their own holding only the documentation
 # and docs-test requirements (no browser, no PostgreSQL, no test-only package
@@ -90,4 +108,4 @@ bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python scripts/bench.py --out docs/assets/bench
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) tests/browser/node_modules site_runtime/node_modules site build *.egg-info .pytest_cache .hypothesis test-artifacts
+	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) tests/browser/node_modules site_runtime/node_modules site build *.egg-info .pytest_cache .hypothesis test-artifacts .cache
