@@ -273,6 +273,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     BUILD.page_ran = BUILD.page_reused = 0
     BUILD.page_began = time.monotonic()
     BUILD.owned = BUILD.claim(BUILD.page)
+    if BUILD.helper_of and not BUILD.owned:
+        return ""  # another process builds this page: nothing here to render
     examples = len(EXEC_FENCE.findall(markdown))
     if examples and not BUILD.helper_of:
         log.info(
@@ -333,6 +335,7 @@ def on_shutdown() -> None:
 
 
 @atexit.register
-def _stop_helpers_at_exit() -> None:  # Ctrl-C during the build: no helper is left running
+def _stop_helpers_at_exit() -> None:
+    """Ctrl-C during the build: no helper is left running."""
     if not BUILD.helper_of:
         BUILD.stop_helpers()
