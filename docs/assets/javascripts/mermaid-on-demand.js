@@ -14,20 +14,74 @@
  * never calls `render`, so it never downloads mermaid; no page asks a CDN.
  * Should a Material upgrade call anything else on `mermaid` first, the pages
  * with diagrams fail tests/test_site.py's browser checks.
+ *
+ * What a reader needs to read a diagram (tests/test_diagrams.py measures it in
+ * both palettes): sequence diagrams wrap their messages, so that they fit the
+ * page at a readable size; arrowheads, section titles and step numbers take
+ * the palette's colours (Material's CSS names marker ids that mermaid 11
+ * prefixes); and a diagram that would still be drawn with text under 12 px
+ * once fitted to the page is shown at a readable size in a frame that
+ * scrolls sideways instead.
  */
 (() => {
   if (typeof window.mermaid !== "undefined") return;
 
   const source = new URL("mermaid.min.js", document.currentScript.src).href;
+  const MIN_TEXT_PX = 12;
+  // Appended to Material's themeCSS; mermaid scopes it to each diagram's SVG.
+  const READABLE = `
+    marker path { fill: var(--md-mermaid-sequence-message-line-color) !important;
+      stroke: var(--md-mermaid-sequence-message-line-color) !important; }
+    marker[id$="-crosshead"] path, marker[id$="-stickTopArrowHead"] path,
+    marker[id$="-stickBottomArrowHead"] path { fill: none !important; }
+    marker[id$="-sequencenumber"] circle { fill: var(--md-mermaid-sequence-number-bg-color) !important; r: 10px; }
+    .sequenceNumber { fill: var(--md-mermaid-sequence-number-fg-color) !important; font-size: 14px !important; }
+    .sectionTitle, .sectionTitle > tspan { fill: var(--md-mermaid-sequence-loop-fg-color) !important; }
+  `;
   let config = {};
   let loading = null;
 
+  function readable(options) {
+    const sequence = {...(options.sequence || {}), wrap: true};
+    return {...options, sequence, themeCSS: (options.themeCSS || "") + READABLE};
+  }
+
+  // Once in the page: if the smallest text would be under 12 px at the width
+  // the page gives the SVG, show it at the width that makes it 12 px, in a
+  // frame that scrolls sideways (focusable, so a keyboard can scroll it).
+  function fitReadably(root) {
+    const svg = root.querySelector("svg");
+    const host = root.host;
+    if (!svg || !host || !svg.viewBox.baseVal || !svg.viewBox.baseVal.width) return;
+    const sizes = [...svg.querySelectorAll("text, foreignObject *")]
+      .filter(el => [...el.childNodes].some(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim()))
+      .map(el => parseFloat(getComputedStyle(el).fontSize))
+      .filter(size => size > 0);
+    if (!sizes.length) return;
+    const natural = svg.viewBox.baseVal.width;
+    const needed = natural * MIN_TEXT_PX / Math.min(...sizes);
+    const available = host.clientWidth;
+    if (available === 0 || needed <= available) return;
+    svg.style.maxWidth = "none";
+    svg.style.width = `${Math.ceil(needed)}px`;
+    host.classList.add("diagram-wide");
+    host.tabIndex = 0;
+    host.setAttribute("role", "region");
+    host.setAttribute("aria-label", "Diagram, drawn at a readable size: scroll sideways to see all of it");
+  }
+
   const standIn = {
     initialize(options) {
-      config = options;
+      config = readable(options);
     },
     render(...args) {
-      return load().then(mermaid => mermaid.render(...args));
+      return load().then(mermaid => mermaid.render(...args)).then(result => ({
+        ...result,
+        fn(root) {
+          result.fn?.(root);
+          fitReadably(root);
+        },
+      }));
     },
   };
 
@@ -42,6 +96,7 @@
           return;
         }
         mermaid.initialize(config);
+        window.mermaid = standIn;  // keep wrapping render: every diagram is fitted
         resolve(mermaid);
       };
       script.onerror = () => {
