@@ -8,16 +8,23 @@
 * Every program in `snippets/` (and its data files) is published beside the
   pages as `snippets/<name>`, with all of them in one archive,
   `snippets/queue_core-examples.zip`; under every block that includes a
-  program, a page gets a link that downloads it. A reader needs no clone.
+  program, a page gets a link that downloads it. A reader needs no clone,
+  save for a program that imports the repository's own code (``proof``, the
+  checker): the archive leaves it out, and its link says it runs in a clone.
 * A long program shows the lines that matter. When a program marks one
   section `shown` (`# --8<-- [start:shown]` ... `# --8<-- [end:shown]`), its
   page shows those lines with the file's own line numbers, the whole program
   folded below them, then its output. The marks are left out of what is
-  published, so the download is the program the page shows.
+  published, so the download is the program the page shows. The copy button
+  of the lines shown copies the whole program (its title says so): a
+  fragment cut out of a program does not run on its own (its indentation
+  alone fails it).
 * The copy button of a shell session copies its commands only: no `$ `
   prompt and no output, so that what is pasted into a shell runs (a
   here-document's lines are part of its command). Material copies a block's
-  `data-copy` attribute when it has one.
+  `data-copy` attribute when it has one (its clipboard integration copies the
+  text of the closest element with `data-copy`, else the code's own text);
+  the shortened programs above use the same attribute.
 """
 
 from __future__ import annotations
@@ -51,6 +58,22 @@ HL_LINES = re.compile(r'\bhl_lines="(?P<spec>[^"]*)"')
 def examples() -> list[Path]:
     """What a reader can download: the programs and the batches they read."""
     return sorted(p for p in SNIPPETS.iterdir() if p.suffix in (".py", ".jsonl"))
+
+
+# A program that imports the repository's own code runs in a clone only.
+NEEDS_A_CLONE = re.compile(
+    r"^[ \t]*(?:from|import)[ \t]+(?:proof|docs_support|tests)\b", re.M
+)
+
+
+def needs_a_clone(path: Path) -> bool:
+    """Whether a program imports what only the repository has, not the package."""
+    return path.suffix == ".py" and NEEDS_A_CLONE.search(program(path)) is not None
+
+
+def in_archive() -> list[Path]:
+    """The examples the zip holds: each runs alone with queue_core installed."""
+    return [path for path in examples() if not needs_a_clone(path)]
 
 
 def published(path: Path) -> bytes:
@@ -89,7 +112,7 @@ def zipped(entries: Iterable[tuple[str, bytes]]) -> bytes:
 
 def archive() -> bytes:
     """Every example in one zip, under a folder of its own."""
-    return zipped((f"queue_core-examples/{p.name}", published(p)) for p in examples())
+    return zipped((f"queue_core-examples/{p.name}", published(p)) for p in in_archive())
 
 
 def on_config(config: Any) -> Any:
@@ -174,7 +197,8 @@ def excerpt(indent: str, info: str, name: str) -> list[str] | None:
     shown_options = f' hl_lines="{" ".join(map(str, inside))}"' if inside else ""
     lang = info.split()[0].lstrip("`~")
     return [
-        f'{indent}```{lang} title="{name}, lines {first}-{last} of {total}"'
+        f'{indent}```{lang} title="{name}, lines {first}-{last} of {total}'
+        f' (the copy button copies all {total})"'
         f' linenums="{first}"{shown_options}',
         f'{indent}--8<-- "snippets/{name}:{SHOWN}"',
         f"{indent}```",
@@ -256,11 +280,21 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
                 out.append(f"{indent}{{: .qc-local }}")
             if pending is not None:
                 name = pending[1]
-                out.append("")
-                out.append(
+                download = (
                     f"{indent}[:material-download: Download `{name}`]({up}snippets/{name})"
-                    f'{{ download="{name}" }} · [all examples (zip)]({up}{ARCHIVE}){{ download }}'
+                    f'{{ download="{name}" }}'
                 )
+                out.append("")
+                if needs_a_clone(SNIPPETS / name):
+                    out.append(
+                        f"{download}: it runs in a clone of the repository only, since it"
+                        " imports the repository's own code, so it is not in"
+                        f" [the examples zip]({up}{ARCHIVE}){{ download }}"
+                    )
+                else:
+                    out.append(
+                        f"{download} · [all examples (zip)]({up}{ARCHIVE}){{ download }}"
+                    )
             fence, pending = None, None
     return "\n".join(out)
 
@@ -293,7 +327,26 @@ def session_commands(code_html: str) -> str | None:
     return "\n".join(commands)
 
 
+# The code of a shortened program (``excerpt``): its title, then its ``<pre>``.
+SHORTENED = re.compile(
+    r'(?P<head><span class="filename">(?P<name>[\w.-]+\.py), lines \d+-\d+ of \d+'
+    r" \(the copy button copies all \d+\)</span>.*?)<pre>(?=(?:<span></span>)?<code>)",
+    re.S,
+)
+
+
+def whole_program(match: re.Match[str]) -> str:
+    """The ``<pre>`` of a shortened program, with the whole program as its copy text."""
+    path = SNIPPETS / match["name"]
+    if not path.is_file() or shown_lines(path) is None:
+        raise PluginError(f"a shortened block names {match['name']}, no long program")
+    whole = html.escape(published(path).decode("utf-8"), quote=True)
+    return f'{match["head"]}<pre data-copy="{whole}">'
+
+
 def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
+    content = SHORTENED.sub(whole_program, content)
+
     def mark(match: re.Match[str]) -> str:
         commands = session_commands(match["code"])
         if commands is None:

@@ -107,7 +107,18 @@ def test_every_included_program_can_be_downloaded_from_its_page(built_site: Path
     assert seen == {p.name for p in (ROOT / "snippets").glob("*.py")}  # every program is on some page
     with zipfile.ZipFile(built_site / "snippets" / "queue_core-examples.zip") as zf:
         packed = {Path(n).name: zf.read(n) for n in zf.namelist()}
-    assert packed == {p.name: HOOKS.published(p) for p in (ROOT / "snippets").iterdir() if p.suffix in (".py", ".jsonl")}
+    examples = [p for p in (ROOT / "snippets").iterdir() if p.suffix in (".py", ".jsonl")]
+    # the zip holds every example but those that import the repository's own code
+    # (tests/test_examples_zip.py runs each one as a reader would, outside a clone)
+    left_out = {p.name for p in examples if p.suffix == ".py" and re.search(
+        r"^(?:from|import) (?:proof|docs_support|tests)\b", HOOKS.published(p).decode(), re.M)}
+    assert left_out == {"evidence_check.py"}
+    assert packed == {p.name: HOOKS.published(p) for p in examples if p.name not in left_out}
+    # and the page of a program left out says why, instead of offering the zip as its home
+    html = (built_site / "how-we-know" / "index.html").read_text(encoding="utf-8")
+    link = html[html.index('<a download="evidence_check.py"'):]
+    link = link[:link.index("</p>")]
+    assert "runs in a clone of the repository only" in link and "not in" in link, link
 
 
 def test_a_long_program_shows_its_lines_that_matter_and_folds_the_whole(built_site: Path) -> None:
@@ -198,7 +209,7 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                                                                       built_site: Path) -> None:
     pages = site_pages(built_site)
     assert len(pages) >= 1
-    diagrams = drawn = blocks = 0
+    diagrams = drawn = blocks = tables = 0
     for path in pages:
         context, page, problems, requested = open_page(browser, served_site + path)
         try:
@@ -217,11 +228,16 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
             # session's one line by contract (docs_support.code_width)
             sideways = page.evaluate(SIDEWAYS, list(ONE_LINE_BY_CONTRACT))
             assert sideways == [], f"{path}: code blocks scroll sideways: {sideways}"
+            # ... and no table either (or the page itself)
+            tables_sideways = page.evaluate(TABLES_SIDEWAYS)
+            assert tables_sideways == [], f"{path}: tables scroll sideways: {tables_sideways}"
             blocks += page.locator("pre > code").count()
+            tables += page.locator("article table").count()
         finally:
             context.close()
     assert 0 < drawn < len(pages), "the site should have pages with and pages without diagrams"
     assert blocks > 300
+    assert tables > 100
     print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG, "
           f"mermaid downloaded by those {drawn} pages only")
 
@@ -240,6 +256,52 @@ def test_the_sideways_check_finds_a_block_that_scrolls(browser) -> None:
         )
         found = page.evaluate(SIDEWAYS, list(ONE_LINE_BY_CONTRACT))
         assert [longest for longest, _, _ in found] == [120]
+    finally:
+        context.close()
+
+
+# The tables that scroll sideways, as [the element that scrolls, its scroll width, its
+# visible width, the table's first row]: the table or any box around it in the article
+# (Material wraps a table in a scrolling div), or a table wider than the article.
+TABLES_SIDEWAYS = """() => [...document.querySelectorAll('article table')].flatMap(table => {
+  const article = table.closest('article');
+  const found = [];
+  for (let el = table; el !== article; el = el.parentElement) {
+    if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible') {
+      found.push([el.tagName.toLowerCase() + '.' + el.className, el.scrollWidth, el.clientWidth,
+                  (table.rows[0] ? table.rows[0].textContent : '').trim().replace(/\\s+/g, ' ')]);
+    }
+  }
+  if (found.length === 0 && table.getBoundingClientRect().right > article.getBoundingClientRect().right + 1) {
+    found.push(['wider than the article', Math.round(table.getBoundingClientRect().width),
+                article.clientWidth, (table.rows[0] ? table.rows[0].textContent : '').trim()]);
+  }
+  return found;
+}).concat(document.documentElement.scrollWidth > document.documentElement.clientWidth + 1
+  ? [['the page', document.documentElement.scrollWidth, document.documentElement.clientWidth, '']] : [])"""
+
+
+def test_the_sideways_check_finds_a_table_that_scrolls(browser, served_site: str) -> None:
+    """Negative control: on a real page, a table of eight wide columns is found; the page's own tables are not."""
+    context, page, problems, _ = open_page(browser, served_site + "/limits/")
+    try:
+        assert page.evaluate(TABLES_SIDEWAYS) == []
+        # Material's 5rem per header cell, as before the Tables section of extra.css: 8 x 100 px > 780 px
+        page.add_style_tag(content=".md-typeset table:not([class]) th { min-width: 5rem !important;"
+                                   " padding: .9375em 1.25em !important }")
+        before = page.evaluate(TABLES_SIDEWAYS)
+        assert [row[0] for row in before] == ["div.md-typeset__scrollwrap"], before
+        assert before[0][3].startswith("subject cut cuts acknowledged lost"), before
+        # outside Material's wrapper: a table that scrolls itself, and one (with a class, so
+        # not styled by Material) that is wider than the article, are found too
+        page.evaluate("""() => { for (const [kind, cls] of [['x', ''], ['y', 'plain']]) {
+            const t = document.createElement('table');
+            if (cls) t.className = cls;
+            t.innerHTML = '<tr><td style="white-space: nowrap">' + kind.repeat(400) + '</td></tr>';
+            document.querySelector('article').append(t); } }""")
+        after = page.evaluate(TABLES_SIDEWAYS)[1:]
+        assert [row[0] for row in after if row[3].startswith(("x", "y"))] == ["table.", "wider than the article"]
+        assert problems == []
     finally:
         context.close()
 
@@ -318,6 +380,77 @@ def test_the_copy_button_of_a_shell_session_copies_commands_that_run(browser, se
                            capture_output=True, text=True, timeout=120)
     assert shell.returncode == 0, shell.stderr
     assert "total_cents" in shell.stdout and "command not found" not in shell.stderr
+
+
+# Open what hides an element: the folds (<details>) and the tabs around it.
+REVEAL = """el => {
+  for (let node = el; node; node = node.parentElement) {
+    if (node.tagName === 'DETAILS') node.open = true;
+    if (node.classList.contains('tabbed-block')) {
+      const set = node.closest('.tabbed-set');
+      const index = [...node.parentElement.children].indexOf(node);
+      set.querySelectorAll(':scope > input')[index].checked = true;
+    }
+  }
+}"""
+
+
+def test_the_copy_button_of_a_shortened_program_copies_the_whole_program(browser, served_site: str,
+                                                                      built_site: Path) -> None:
+    """A program over 60 lines shows its marked lines; their copy button copies the program that runs."""
+    long_programs = {p.name: HOOKS.published(p).decode("utf-8") for p in sorted((ROOT / "snippets").glob("*.py"))
+                     if HOOKS.shown_lines(p) is not None}
+    checked = 0
+    for path in site_pages(built_site):
+        titles = re.findall(r'<span class="filename">([\w.-]+\.py), lines \d+-\d+ of \d+ \(the copy button copies',
+                            html_of(built_site, path))
+        if not titles:
+            continue
+        context, page, problems, _ = open_page(browser, served_site + path)
+        try:
+            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served_site)
+            for name in titles:
+                block = page.locator("div.highlight", has=page.locator(
+                    "span.filename", has_text=re.compile(rf"^{re.escape(name)}, lines "))).first
+                block.evaluate(REVEAL)  # a program in a folded solution or another tab
+                shown = block.locator("td.code code").text_content() or ""
+                block.hover()
+                page.evaluate("navigator.clipboard.writeText('')")
+                block.locator("button[data-md-type=copy]").click()  # Material's copy button
+                page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
+                                       polling=100, timeout=10_000)
+                copied = page.evaluate("navigator.clipboard.readText()")
+                # Material trims the end of what it copies
+                assert copied == long_programs[name].rstrip(), f"{path}: {name}: the copy is not the program"
+                compile(copied, name, "exec")
+                # Negative control: the lines shown are a fragment, and a fragment is what the button
+                # copied before; the check above tells them apart.
+                assert shown.strip() != copied and shown.strip() in copied, name
+                checked += 1
+            # and the button of an ordinary code block still copies what that block shows
+            plain = page.locator("div.highlight:not(:has(span.filename)):not(:has(.gp)):visible",
+                                 has=page.locator("pre > code")).first
+            if plain.count():
+                text = plain.locator("pre > code").first.inner_text()
+                plain.hover()
+                page.evaluate("navigator.clipboard.writeText('')")
+                plain.locator("button[data-md-type=copy]").first.click()
+                page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
+                                       polling=100, timeout=10_000)
+                assert page.evaluate("navigator.clipboard.readText()") == text.rstrip(), path
+            assert problems == []
+        finally:
+            context.close()
+    assert checked >= len(long_programs), (checked, sorted(long_programs))
+
+
+def test_a_fragment_of_a_shortened_program_would_not_run() -> None:
+    """Why the button copies the whole: the marked lines of a program alone fail (evidence_check's do)."""
+    program = HOOKS.published(ROOT / "snippets" / "evidence_check.py").decode("utf-8").split("\n")
+    first, last, _ = HOOKS.shown_lines(ROOT / "snippets" / "evidence_check.py")
+    with pytest.raises(IndentationError):
+        compile("\n".join(program[first - 1:last]), "fragment", "exec")
+    compile("\n".join(program), "whole", "exec")
 
 
 def axe_or_skip() -> Path:
