@@ -39,6 +39,9 @@ PALETTES = (("light", "default"), ("dark", "slate"))
 # requires each of them to STILL fail that way, so that the list cannot go stale.
 KNOWN_FAILING: set[tuple[str, int, str, str]] = set()
 
+# Diagrams drawn at a readable size in a frame that scrolls sideways (too wide to fit).
+FRAMED: set[tuple[str, int]] = set()
+
 # Everything is measured in the page, in one function: labels, lines, paint.
 MEASURE = r"""
 () => {
@@ -303,7 +306,8 @@ MEASURE = r"""
         if (r < LINE_RATIO) add("contrast", `arrowhead ${r.toFixed(2)}:1 (${hex(paint)} on ${hex(bg)})`);
       }
     }
-    results.push({index, labels: labels.length, lines: lineChecks.length, defects});
+    results.push({index, labels: labels.length, lines: lineChecks.length,
+                  framed: host.classList.contains("diagram-wide"), defects});
   });
   window.scrollTo({left: 0, top: 0, behavior: "instant"});
   return results;
@@ -345,6 +349,8 @@ def measure_site(browser, served_site: str, site: Path) -> dict[tuple[str, int, 
                 for result in results:
                     assert result["labels"] > 0, f"{path} #{result['index']}: no label found to measure"
                     found[(path, result["index"], scheme)] = result["defects"]
+                    if result["framed"]:
+                        FRAMED.add((path, result["index"]))
                 if scheme == "dark" and any(found[(path, i, s)] for i in range(expected) for s in ("light", "dark")):
                     ARTIFACTS.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(ARTIFACTS / f"diagrams-{path.strip('/') or 'index'}-dark.png"),
@@ -372,6 +378,7 @@ def test_every_diagram_is_readable_in_both_palettes(browser, served_site: str, b
         "diagrams": len(found) // len(PALETTES),
         "with a defect": {s: sum(1 for (p, i, sc), d in found.items() if sc == s and d) for s, _ in PALETTES},
         "per kind": {s: dict(c) for s, c in counts.items()},
+        "scroll sideways": sorted(f"{p}#{i}" for p, i in FRAMED),
         "defects": {f"{p}#{i} {s}": d for (p, i, s), d in sorted(found.items()) if d},
     }
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
