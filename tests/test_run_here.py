@@ -4,8 +4,8 @@ The local build is served under a sub-path (``/queue_core/``), as a project's
 published site is, so that every URL the pages and the runtime use must be
 relative. For every block with Run: click it, wait, and compare what the
 browser printed with the output the build recorded under the same block.
-Nothing may be requested from another host, and no byte of the runtime before
-the first click. Editing, an exception, Reset, Stop, and what queue_core does
+Nothing may be requested from another host (when the runtime starts loading,
+and what the box shows, is tests/test_run_box.py's). Editing, an exception, Reset, Stop, and what queue_core does
 without threads are checked on real blocks too. Timings are printed.
 """
 
@@ -136,7 +136,6 @@ def test_every_block_with_run_prints_what_the_build_recorded(browser, built_site
     try:
         count = page.locator(".qc-run").count()
         assert count == expected
-        assert runtime_requests(requested) == [], f"{path}: the runtime loaded before any Run"
         for index in range(count):
             result = run_block(page, index)
             where = f"{path} block {index + 1} of {count}"
@@ -182,6 +181,7 @@ def test_stop_ends_a_run_that_never_finishes_and_the_next_run_starts_afresh(
         box.locator("button", has_text="Run").click()
         page.wait_for_function("box => box.querySelector('.qc-run__output').textContent.includes('looping')",
                                arg=box.element_handle(), timeout=120_000)
+        page.evaluate("() => { window.qcRunBox.slowAfterMs = 0 }")  # Stop shows once a run is long
         box.locator("button", has_text="Stop").click()
         page.wait_for_function(DONE, arg=box.element_handle(), timeout=10_000)
         assert box.evaluate("box => box.dataset.state") == "stopped"
