@@ -18,7 +18,9 @@ An output is reused only while everything it was made from is the same:
 * every other file the block opened while it ran (a page under ``docs/``, a
   record under ``test-artifacts/``: seen by an audit hook, ``sys.addaudithook``),
   and every folder it listed. A block that starts another process may read
-  anything: it depends on every file under ``docs/`` as well.
+  anything: it depends on every file under ``docs/`` as well, unless the process
+  is this interpreter running the repository's own ``queue_core`` or ``proof``
+  (``python -m ...``) with no argument naming ``docs``.
 
 The first three make the entry's key; the last is stored in the entry and checked
 again before the output is reused. A block that fails is never stored.
@@ -50,6 +52,8 @@ READ_ONLY_IF_OPENED = tuple(f"{folder}/" for folder in TRACKED_BY_READS)
 # Never a dependency: what the build and the cache write themselves.
 OWN = (".git", ".cache", "site", ".venv", ".venv-docs", ".venv-bench")
 # Started another process: it may read anything.
+# The repository's own programs, run as ``python -m``: what they read is in every key.
+REPOSITORY_PROGRAMS = ("queue_core", "proof")
 SPAWNS = (
     "subprocess.Popen",
     "os.system",
@@ -142,6 +146,27 @@ def environment() -> dict[str, Any]:
     }
 
 
+def reads_no_docs(executable: Any, args: Any) -> bool:
+    """A process that cannot read docs/: this interpreter running ``-m`` queue_core or proof.
+
+    Their code is in every key and reads nothing under docs/; any argument naming
+    ``docs``, another program or a shell makes the block depend on all of docs/.
+    """
+    if not isinstance(args, (list, tuple)):
+        return False  # a shell command line
+    try:
+        argv = [os.fsdecode(arg) for arg in args]
+        program = os.fsdecode(executable) if executable is not None else argv[0]
+    except (TypeError, IndexError):
+        return False
+    if any("docs" in arg for arg in argv) or "-m" not in argv[:-1]:
+        return False
+    if os.path.realpath(program) != os.path.realpath(sys.executable):
+        return False
+    module = argv[argv.index("-m") + 1]
+    return module.split(".")[0] in REPOSITORY_PROGRAMS
+
+
 class Reads:
     """The repository's files and folders opened or listed, and whether a process started.
 
@@ -164,7 +189,10 @@ class Reads:
         reads = cls._current
         if reads is None:
             return
-        if event.startswith(SPAWNS):
+        if event == "subprocess.Popen" and len(args) >= 2:
+            if not reads_no_docs(args[0], args[1]):
+                reads.spawned = True
+        elif event.startswith(SPAWNS):
             reads.spawned = True
         elif event == "open" or event in LISTS:
             where = args[0] if args else None

@@ -154,6 +154,26 @@ def test_a_block_that_starts_a_process_depends_on_every_page(
     assert build(repo, folder, SPAWNS) == ("# A page, edited\n", True)
 
 
+RUNS_THE_PACKAGE = (
+    "import subprocess, sys\n"
+    "print(subprocess.run([sys.executable, '-m', 'queue_core', '--version'], cwd='/',"
+    " capture_output=True, text=True, check=True).stdout.strip() != '')"
+)
+
+
+def test_the_package_run_as_a_program_reads_no_page(repo: Path, tmp_path: Path) -> None:
+    """`python -m queue_core` is repository code (in every key): a page edit keeps the output."""
+    folder = tmp_path / "cache"
+    assert build(repo, folder, RUNS_THE_PACKAGE) == ("True\n", True)
+    (repo / "docs" / "page.md").write_text("# A page, edited\n", "utf-8")
+    assert build(repo, folder, RUNS_THE_PACKAGE) == ("True\n", False)
+    # control: the same edit reruns a block whose process could read the page (SPAWNS)
+    build(repo, folder, SPAWNS)
+    (repo / "docs" / "page.md").write_text("# A page, edited again\n", "utf-8")
+    assert build(repo, folder, SPAWNS) == ("# A page, edited again\n", True)
+    assert build(repo, folder, RUNS_THE_PACKAGE)[1] is False
+
+
 def test_the_environment_a_page_prints_is_in_the_key(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
