@@ -48,18 +48,14 @@ with tempfile.TemporaryDirectory() as folder:
     with store.heartbeat(lease, every=0.01, lease_seconds=10) as beat:
         for _ in range(4):  # 24 s of work in four steps
             clock.advance(6)
-            # a beat since
             wait_for(lambda: store.message("E0001").lease_until == clock.now() + 10)
-            # another worker: E0001 is still leased
-            other = store.claim(lease_seconds=10)
+            other = store.claim(lease_seconds=10)  # another worker
             until = store.message("E0001").lease_until
             print(
                 f"  {clock.now()}  working; stored lease until {until}; "
                 f"another worker's claim gets {other.event_id if other else 'nothing'}"
             )
-            assert other is None or other.event_id != "E0001", (
-                "another worker claimed E0001 while the heartbeat kept its lease"
-            )
+            assert other is None or other.event_id != "E0001", "E0001 claimed twice"
             if other is not None:
                 store.complete(other, Handler())
     print(f"  {clock.now()}  work done; lost: {beat.lost}")
@@ -93,8 +89,7 @@ with tempfile.TemporaryDirectory() as folder:
             print(f"  {clock.now()}  complete: LeaseLost: {exc.message}")
         else:
             raise AssertionError("a completion after its lease ended was accepted")
-        # the waiting extension now runs, too late
-        wait_for(lambda: beat.lost is not None)
+        wait_for(lambda: beat.lost is not None)  # the extension, too late
     # --8<-- [end:shown]
     m = store.message("E0001")
     print(f"  stored lease until {m.lease_until}: no extension got in")
