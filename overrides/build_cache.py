@@ -59,7 +59,8 @@ class Build:
     """One build's state: the cache, the page being built, the counts, the helpers."""
 
     def __init__(self) -> None:
-        folder = os.environ.get(CACHE)
+        # Never under pytest (a test's build runs every block), even if the variable leaked in.
+        folder = None if "PYTEST_CURRENT_TEST" in os.environ else os.environ.get(CACHE)
         self.cache = ExecCache(Path(folder).resolve()) if folder else None
         self.helper_of = os.environ.get(HELPER)  # set: this process is a helper
         self.parent = os.getppid()  # a helper stops when the build it helps is gone

@@ -327,3 +327,17 @@ def test_only_serve_and_live_set_the_cache() -> None:
     assert using == {"serve", "live"}
     assert rules["site"] and rules["test"]  # control: the rules were read
     assert "QUEUE_CORE_EXEC_CACHE" not in (ROOT / "pyproject.toml").read_text("utf-8")
+
+
+def test_a_build_under_pytest_never_uses_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test's build runs every block even if QUEUE_CORE_EXEC_CACHE leaked into its environment."""
+    with formatters_restored():
+        hook = load_hook(monkeypatch, tmp_path / "cache")
+        hook.on_config({})
+        assert hook.BUILD.cache is None
+        monkeypatch.delenv("PYTEST_CURRENT_TEST")  # control: outside pytest it is used
+        hook.on_config({})
+        assert hook.BUILD.cache is not None
+        assert hook.BUILD.cache.folder == (tmp_path / "cache").resolve()
