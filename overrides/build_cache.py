@@ -52,6 +52,7 @@ HELPERS = "QUEUE_CORE_EXEC_HELPERS"  # how many helpers a cold build starts
 EXEC_FENCE = re.compile(
     r'^[ \t]*(`{3,}|~{3,})\s*py(thon)?\b[^\n]*\bexec="(on|1|yes|true)"', re.M
 )
+KEEP_DAYS = 14  # an entry no build used for this long is removed
 WAIT = 0.05  # seconds between two looks at a helper's progress
 
 
@@ -314,17 +315,30 @@ def on_post_build(config: Any) -> None:
     cache = BUILD.cache
     if cache is None or BUILD.helper_of:
         return
-    timings = {
-        page: round(sum(cache.seconds(key) for key in keys), 3)
-        for page, keys in BUILD.keys.items()
-    }
+    # A page's cost is the longest its blocks took (a record the page reuses
+    # today may have to be made again after a change): the helpers' order.
+    try:
+        timings = json.loads((cache.folder / "pages.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        timings = {}
+    for page, keys in BUILD.keys.items():
+        took = round(sum(cache.seconds(key) for key in keys), 3)
+        timings[page] = max(took, float(timings.get(page, 0.0)))
     cache.folder.mkdir(parents=True, exist_ok=True)
     (cache.folder / "pages.json").write_text(json.dumps(timings, indent=1), "utf-8")
     (cache.folder / "complete").write_text(cache.base, "utf-8")
+    # Entries this build used are touched; one no build used for KEEP_DAYS goes
+    # (a block no page has any more, another SITE_URL's, an older repository's).
     used = {f"{key}.json" for keys in BUILD.keys.values() for key in keys}
+    now = time.time()
     for entry in (cache.folder / "blocks").glob("*.json"):
-        if entry.name not in used:  # a block no page has any more, or an older version
-            entry.unlink(missing_ok=True)
+        try:
+            if entry.name in used:
+                os.utime(entry, (now, now))
+            elif now - entry.stat().st_mtime > KEEP_DAYS * 86400:
+                entry.unlink()
+        except OSError:
+            pass
 
 
 def on_build_error(error: Exception) -> None:
