@@ -41,7 +41,7 @@ from markdown_exec._internal import main as exec_main
 from markdown_exec._internal.formatters import python as exec_python
 from mkdocs.structure.files import Files
 
-from docs_support.exec_cache import ExecCache
+from docs_support.exec_cache import ExecCache, reads_the_clock
 from docs_support.run_here import needs_a_machine
 
 log = logging.getLogger("mkdocs.plugins.queue_core.build_cache")
@@ -106,15 +106,13 @@ class Build:
     # -- running one block --------------------------------------------------------
     def execute(self, code: str, options: dict[str, Any], run: Any) -> str:
         self.total += 1
-        if self.cache is None or options.get("session"):
+        if self.cache is None or options.get("session") or reads_the_clock(code):
             self.ran += 1
             self.page_ran += 1
             output: str = run()
             return output
-        if self.helper_of and not self.owned:
-            return (
-                ""  # another process runs this page; a helper's pages are thrown away
-            )
+        if self.helper_of and not self.owned:  # another process runs this page
+            return ""
         key = self.cache.key(code, options)
         self.keys.setdefault(self.page, []).append(key)
         if (
@@ -291,7 +289,9 @@ def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
     if (BUILD.page_ran or BUILD.page_reused) and not BUILD.helper_of:
         log.info(
             f"examples: {BUILD.page} done in {time.monotonic() - BUILD.page_began:.1f} s:"
-            f" {BUILD.page_ran} run, {BUILD.page_reused} from the cache;"
+            f" {BUILD.page_ran} run"
+            + (f", {BUILD.page_reused} from the cache" if BUILD.cache else "")
+            + ";"
             f" {BUILD.total} examples so far"
         )
     return html

@@ -186,6 +186,19 @@ def test_the_environment_a_page_prints_is_in_the_key(
     assert build(repo, folder, code) == ("https://example.org/q\n", True)
 
 
+def test_a_block_that_prints_the_time_of_day_runs_every_time(
+    repo: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cache"
+    now = "import datetime; print(datetime.datetime.now(datetime.timezone.utc).year > 2000)"
+    assert build(repo, folder, now) == ("True\n", True)
+    assert build(repo, folder, now) == ("True\n", True)
+    # control: a model clock's now() is the block's own, deterministic: reused
+    model = "class C:\n    def now(self): return 1000\nclock = C(); print(clock.now())"
+    assert build(repo, folder, model) == ("1000\n", True)
+    assert build(repo, folder, model) == ("1000\n", False)
+
+
 def test_a_failed_block_is_never_stored(repo: Path, tmp_path: Path) -> None:
     folder = tmp_path / "cache"
     failing = "assert 'LEASE = 99' in open('queue_core/values.py').read()"
