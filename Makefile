@@ -66,8 +66,10 @@ site: $(VENV)/.docs-installed $(PYODIDE)
 # (overrides/build_cache.py, docs_support/exec_cache.py): an example whose source,
 # repository files and environment are unchanged is not run again. `make site`,
 # `make test` and the docs-as-tests never use it: they run every example.
+# The Python and npm installs of a fresh clone run side by side (-j2).
 EXEC_CACHE := .cache/exec
-serve: $(VENV)/.docs-installed $(PYODIDE)
+serve:
+	@$(MAKE) --no-print-directory -j2 $(VENV)/.docs-installed $(PYODIDE)
 	QUEUE_CORE_EXEC_CACHE=$(EXEC_CACHE) SITE_URL=http://$(HOST):$(PORT)/ \
 		$(BIN)/python -m mkdocs build --strict --site-dir site
 	@echo "Serving the site at http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
@@ -76,7 +78,8 @@ serve: $(VENV)/.docs-installed $(PYODIDE)
 # For authors: rebuilds and reloads the page on every save (of docs/, snippets/,
 # queue_core/, docs_support/, proof/ or overrides/), running only the examples
 # whose output may have changed.
-live: $(VENV)/.docs-installed $(PYODIDE)
+live:
+	@$(MAKE) --no-print-directory -j2 $(VENV)/.docs-installed $(PYODIDE)
 	QUEUE_CORE_EXEC_CACHE=$(EXEC_CACHE) SITE_URL=http://$(HOST):$(PORT)/ \
 		$(BIN)/python -m mkdocs serve --strict --dev-addr $(HOST):$(PORT) \
 		--watch snippets --watch queue_core --watch docs_support --watch proof --watch overrides
