@@ -442,10 +442,13 @@ def _follow_server(cut: Cut, admin_url: str, link: Link, expiry: float) -> None:
     seen: dict[str, float] = {}
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
-        now = time.monotonic()
+        # Each moment is read after the query that saw the change: a moment
+        # read before it could precede the change (a slow query on a loaded
+        # machine), and put the other worker's claim before the lease's end.
         if "session" not in seen and _session(admin_url, link) is None:
-            seen["session"] = now
+            seen["session"] = time.monotonic()
         state, attempts = _message(admin_url)
+        now = time.monotonic()
         if attempts >= 2 and "claim" not in seen:
             seen["claim"] = now
         if state == "done":
