@@ -223,6 +223,11 @@ class Reads:
             return  # outside the repository: a temporary folder, the interpreter
         if relative.split("/")[0] in OWN or "__pycache__" in relative:
             return
+        if relative == "." and listed:
+            # The import system lists the repository's root whenever the root
+            # changed; the names there that a block can depend on are the
+            # repository's files, already in every key.
+            return
         (self.listed if listed else self.opened).add(relative)
 
     def start(self) -> None:
