@@ -15,15 +15,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from queue_core import (
-    Handler,
-    ModelClock,
-    ReceiptHandler,
-    Store,
-    ledger,
-    receipts,
-    work,
-)
+from queue_core import Handler, ModelClock, ReceiptHandler, Store, ledger
+from queue_core import receipts, work
 
 ORDER = {
     "tenant": "north",
@@ -39,8 +32,7 @@ BATCH = "".join(
 
 def run(title, handler, effects_expected):
     with tempfile.TemporaryDirectory() as folder:
-        db = Path(folder) / "queue.sqlite3"
-        store = Store(db, clock=ModelClock(1000))
+        store = Store(Path(folder) / "queue.sqlite3", clock=ModelClock(1000))
         ledger.install(store)  # the reference application's effects table
         store.enqueue(BATCH)
         work(store, handler, lease_seconds=30)
