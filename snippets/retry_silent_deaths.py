@@ -54,10 +54,7 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"why E0003 is dead: {store.message('E0003').last_detail}")
     print(f"effects: {ledger.effects(store)}")
     dead = store.message("E0003")
-    assert (dead.state, dead.attempts, dead.last_error) == (
-        "dead",
-        MAX_ATTEMPTS,
-        "lease_expired",
-    ), "three silent deaths spend the budget"
+    spent = (dead.state, dead.attempts, dead.last_error)
+    assert spent == ("dead", MAX_ATTEMPTS, "lease_expired"), "silent deaths spend it"
     assert lease.event_id == "E0004", "the same claim hands out the next message"
     assert ledger.effects(store) == [], "no money was counted"
