@@ -5,7 +5,7 @@
 
 Needs root, ip (iproute2) and PostgreSQL's server binaries: it makes a network
 namespace and a veth pair of its own and a throwaway cluster
-(tests/postgres_server.py) listening on the link, and removes them all at
+(proof/postgres_cluster.py) listening on the link, and removes them all at
 the end. The harness is ``proof/netcut.py``; the page "A network cut" prints
 the committed record. Exit status 0 when every cut ended as it must (see
 ``verdicts``), 1 otherwise, 2 when it cannot run here.
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-# the repository's proof package and tests (not installed with queue_core) sit beside scripts/
+# the repository's proof package (not installed with queue_core) sits beside scripts/
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proof import netcut, records  # noqa: E402
-from tests import postgres_server  # noqa: E402
+from proof import postgres_cluster as postgres_server  # noqa: E402
 
 # the bound checks and their controls: (name, scenario, URL parameters over SHORT, bounded)
 CHECKS = (
