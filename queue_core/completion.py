@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from . import turn
+from .engines import THREADS
 from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
 from .reads import Reads, message_of
@@ -431,7 +431,7 @@ class Completions(Reads):
             raise ValueError(
                 f"every must be a positive number of seconds, got {every!r}"
             )
-        if not turn.THREADS:
+        if not THREADS:
             raise NoThreads(
                 "a heartbeat extends the lease from a thread, and this Python"
                 f" ({sys.platform}) cannot start one: run this on a machine"

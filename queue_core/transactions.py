@@ -262,7 +262,7 @@ class Transactions:
         """Hold this thread's turn to write across several transactions (re-entrant).
 
         On SQLite every write transaction first waits for its turn
-        (``turn.py``: an OS lock beside the database on which waiting
+        (``engines/sqlite_turn.py``: an OS lock beside the database on which waiting
         processes queue fairly, instead of SQLite's sleep-and-poll). The worker
         loop holds one turn for a claim and its completion, so that two
         processes trade places once per message, not twice. PostgreSQL locks

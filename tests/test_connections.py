@@ -3,7 +3,7 @@
 A ``Store`` keeps one connection per thread, opened on first use and closed
 by ``close()`` (or by leaving ``with Store(...)``); a call nested inside this
 thread's open transaction gets a temporary connection of its own; a forked
-child opens its own. Every write first takes its *turn* (``queue_core/turn.py``):
+child opens its own. Every write first takes its *turn* (``queue_core/engines/sqlite_turn.py``):
 an ``flock`` on ``<db>-lock`` across processes, a re-entrant lock with a
 timeout between threads. Real SQLite files in ``tmp_path``, real threads and
 real processes; the clock is a ModelClock. Nothing here measures speed: where
@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from queue_core import Message, ModelClock, Outcome, StorageError, Store, Tx, parse_batch, turn, work
+from queue_core import Message, ModelClock, Outcome, StorageError, Store, Tx, parse_batch, work
+from queue_core.engines import sqlite_turn as turn
 from queue_core.engines import sqlite as sqlite_engine
 
 from .support import batch, line
@@ -542,6 +543,27 @@ def test_writes_work_where_the_lock_file_cannot_be_created(db: Path, clock: Mode
         assert store.status().messages == {"done": 2, "ready": 1}
     assert refused and all(path == f"{db}-lock" for path in refused)
     assert not db.with_name(db.name + "-lock").exists()
+
+
+def test_without_fcntl_the_package_imports_and_sqlite_is_refused_by_code(tmp_path: Path) -> None:
+    """Windows has no fcntl: queue_core imports, SQLite says no_file_locks, nothing is created."""
+    program = f"""
+import sys
+sys.modules["fcntl"] = None  # what a platform without flock looks like to an import
+import queue_core
+assert "queue_core.app" not in sys.modules, "the reference app was imported"
+try:
+    queue_core.Store({str(tmp_path / "q.sqlite3")!r})
+except queue_core.StorageError as exc:
+    print(exc.code)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no_file_locks"
+    assert not (tmp_path / "q.sqlite3").exists()
+    # the control: with fcntl, the same store opens
+    with Store(tmp_path / "q.sqlite3") as store:
+        assert store.status().messages == {}
 
 
 def test_an_sqlite_older_than_3_37_is_refused_with_its_versions() -> None:

@@ -124,8 +124,9 @@ def test_the_classifiers_say_only_what_is_true(built: Built) -> None:
     assert sum(c.startswith("Development Status :: ") for c in classifiers) == 1
     assert any(c.startswith("Topic :: ") for c in classifiers)
     assert not any(c.startswith("License :: ") for c in classifiers)  # License-Expression says it
-    # queue_core/turn.py takes the writers' turn with fcntl.flock: POSIX only, not Windows.
-    assert "import fcntl" in (PACKAGE / "turn.py").read_text(encoding="utf-8")
+    # The SQLite engine's writers' turn takes fcntl.flock: POSIX only, and tested only there
+    # (without fcntl, SQLite is refused with no_file_locks; see test_connections.py).
+    assert "import fcntl" in (PACKAGE / "engines" / "sqlite_turn.py").read_text(encoding="utf-8")
     assert not any("Windows" in c or "OS Independent" in c for c in classifiers)
     # The oldest Python named is the one Requires-Python asks for.
     versions = sorted((int(c.rsplit(".", 1)[1]), c) for c in classifiers

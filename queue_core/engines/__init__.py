@@ -10,6 +10,7 @@ call these and never ask which engine they run on.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
@@ -18,6 +19,11 @@ from typing import Any, Final, Protocol
 
 from ..errors import StorageError, WrongPath
 from ..statements import Statements
+
+# Pyodide's CPython (sys.platform "emscripten") has the threading module but
+# starts no thread: Thread.start raises RuntimeError. Then there is one process
+# and one thread: no writers' turn, no heartbeat thread.
+THREADS: Final = sys.platform != "emscripten"
 
 # Marks a database as queue_core's: SQLite's application_id, PostgreSQL's
 # queue_core_schema row, and the key of PostgreSQL's schema lock ("QCor").

@@ -16,10 +16,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Final
 
-from .. import turn
 from ..errors import StorageError, WrongPath
 from ..statements import SQLITE, Statements
-from . import APPLICATION_ID, Connection, migration_blocked, migrations
+from . import APPLICATION_ID, Connection, migration_blocked, migrations, sqlite_turn
 
 MIGRATIONS: Final = migrations("sqlite_migrations")
 SCHEMA_VERSION: Final = max(MIGRATIONS)
@@ -28,12 +27,13 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class SQLiteEngine:
-    """One SQLite file: one writer at a time, taking fair turns (``turn.py``)."""
+    """One SQLite file: one writer at a time, taking fair turns (``sqlite_turn.py``)."""
 
     name: Final = "sqlite"
     sql: Final[Statements] = SQLITE
 
     def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
+        sqlite_turn.check_file_locks()
         self.path = self.target = path
         self._turn_name = os.path.abspath(path)  # the writers' turn, beside the file
         self.where = str(path)
@@ -68,7 +68,7 @@ class SQLiteEngine:
         conn.execute("BEGIN")  # in WAL mode, one snapshot until the transaction ends
 
     def writer_turn(self, wait_seconds: float) -> AbstractContextManager[None]:
-        return turn.writer_turn(self._turn_name, wait_seconds=wait_seconds)
+        return sqlite_turn.writer_turn(self._turn_name, wait_seconds=wait_seconds)
 
     def storage_error(self, exc: BaseException) -> StorageError | None:
         return storage_error(exc, self.path) if isinstance(exc, sqlite3.Error) else None

@@ -22,11 +22,14 @@ busy wait applies.
 Where Python cannot start a thread (``THREADS`` is false: Pyodide, CPython
 compiled to WebAssembly, in a browser) there is one process and one thread,
 so there is nobody to take turns with: no turns, and nothing waits.
+
+This is the SQLite engine's own: ``import queue_core`` does not load it, and
+on a platform without ``fcntl`` (Windows) opening an SQLite queue is refused
+with ``no_file_locks`` while PostgreSQL works.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import threading
@@ -34,11 +37,30 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import StorageError
+from types import ModuleType
 
-# Pyodide's CPython (sys.platform "emscripten") has the threading module but
-# starts no thread: Thread.start raises RuntimeError.
-THREADS = sys.platform != "emscripten"
+from ..errors import StorageError
+from . import THREADS
+
+fcntl: ModuleType | None
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so no fair turns (see check_file_locks)
+    fcntl = None
+
+
+def check_file_locks() -> None:
+    """Refuse SQLite where the OS has no ``flock`` (``no_file_locks``).
+
+    The writers' turn is what keeps SQLite's writers fair; without it
+    the queue would run, but not as the pages promise.
+    """
+    if fcntl is None:
+        raise StorageError(
+            f"an SQLite queue needs the fcntl module for its writers' turn, and this Python "
+            f"({sys.platform}) has none; use a PostgreSQL URL instead",
+            code="no_file_locks",
+        )
 
 
 @dataclass
@@ -146,8 +168,8 @@ _TAKEN = -2  # _lock: another process kept the turn for longer than we may wait
 
 def _lock(name: str, wait_seconds: float) -> int:
     """The locked lock file; -1: no turns; ``_TAKEN`` after ``wait_seconds``."""
-    if not THREADS:
-        return -1  # one process, one thread: nobody to take turns with
+    if not THREADS or fcntl is None:
+        return -1  # one process, one thread: nobody to take turns with (or no flock)
     try:
         fd = os.open(f"{name}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
@@ -208,6 +230,7 @@ def _wait_in_queue(fd: int, wait_seconds: float) -> bool:
 def _queue(fd: int, wait: _Wait) -> None:
     error: OSError | None = None
     try:
+        assert fcntl is not None  # _lock made fd only where flock exists
         fcntl.flock(fd, fcntl.LOCK_EX)  # queued in the kernel behind other processes
     except OSError as exc:
         error = exc
