@@ -10,7 +10,9 @@ A page ends its chapter with::
     ]))
     ```
 
-At build time (and under pytest) every named test is looked up in its file:
+A file of the conformance suite (``tests/conformance/``) may be named by its
+name alone, as above: ``resolve`` finds its folder, and the table and the
+command show its whole path. At build time (and under pytest) every named test is looked up in its file:
 a renamed or deleted test fails the build instead of leaving a dead claim.
 Each test id links to its line in the repository when ``REPO_URL`` is set
 (the Pages workflow sets it), and the table is followed by the command that
@@ -26,6 +28,18 @@ import os
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"  # the repository's test suite
+# Folders of the suite a page may name a test file of by its name alone: the
+# conformance suite (every engine alike) lives in tests/conformance/.
+FOLDERS = ("", "conformance/")
+
+
+def resolve(test: str) -> str:
+    """``test_protocol.py::name`` -> ``conformance/test_protocol.py::name``: its path under tests/."""
+    file, sep, name = test.partition("::")
+    found = [folder + file for folder in FOLDERS if (TESTS / (folder + file)).is_file()]
+    if len(found) > 1:
+        raise AssertionError(f"proof names {file}, which is ambiguous: {found}")
+    return f"{found[0]}{sep}{name}" if found and "/" not in file else test
 
 
 def _line_of(file: str, name: str) -> int:
@@ -44,6 +58,7 @@ def _line_of(file: str, name: str) -> int:
 
 def cell(test: str) -> str:
     """A test id for a table cell: checked to exist, linked to its line when ``REPO_URL`` is set."""
+    test = resolve(test)
     file, _, name = test.partition("::")
     if name:
         anchor = f"#L{_line_of(file, name.split('[')[0])}"
@@ -98,6 +113,8 @@ def _keyword_command(file: str, keywords: list[str]) -> str:
     inside the double quotes, leaving the expression whole.
     """
     lines = [f'{PYTEST} tests/{file} -k "{keywords[0]}']
+    if len(f"{lines[0]} \\") > WIDTH:  # a long path (tests/conformance/...): -k on a line of its own
+        lines = [f"{PYTEST} tests/{file} \\", f'    -k "{keywords[0]}']
     for word in keywords[1:]:
         if len(f"{lines[-1]} or {word} \\") > WIDTH:
             lines[-1] += " \\"
@@ -116,7 +133,7 @@ def command(ids: list[str]) -> str:
     """
     fitting: list[str] = []
     by_keyword: dict[str, list[str]] = {}
-    for test in ids:
+    for test in map(resolve, ids):
         file, _, name = test.partition("::")
         # brackets are shell patterns: quote them
         shown = f"'tests/{test}'" if "[" in test else f"tests/{test}"
@@ -138,7 +155,8 @@ def table(rows: list[tuple[str, str]]) -> str:
         raise AssertionError("a proof needs at least one test")
     lines = ["| claim | test |", "| --- | --- |"]
     ids: list[str] = []
-    for claim, test in rows:
+    for claim, named in rows:
+        test = resolve(named)
         lines.append(f"| {claim} | {cell(test)} |")
         if test not in ids:
             ids.append(test)

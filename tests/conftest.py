@@ -1,4 +1,4 @@
-"""Shared fixtures: a real SQLite file (or, in the modules of BOTH_ENGINES, also a real PostgreSQL database) per test, and a model clock."""
+"""Shared fixtures: a real SQLite file (or, in tests/conformance/, also a real PostgreSQL database) per test, and a model clock."""
 
 from __future__ import annotations
 
@@ -24,25 +24,9 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "queue.sqlite3"
 
 
-# Modules whose store-only tests run on both engines (a test that also takes
-# ``db``, the SQLite file, is about that file and runs on SQLite alone).
-BOTH_ENGINES = {"test_protocol", "test_batch", "test_handler_hook", "test_envelope", "test_receipts",
-                "test_lease_extension", "test_cli", "test_operations",
-                "test_operations_cli", "test_long_handler", "test_lease_length", "test_worker_path",
-                "test_worker_service", "test_send_and_manage", "test_named_queues",
-                "test_lease_token", "test_statement_failed"}
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    module = metafunc.module.__name__.rsplit(".", 1)[-1]
-    if (module in BOTH_ENGINES and "engine" in metafunc.fixturenames and "db" not in metafunc.fixturenames
-            and metafunc.definition.get_closest_marker("one_engine") is None):
-        metafunc.parametrize("engine", ["sqlite", "postgresql"], indirect=True)
-
-
 @pytest.fixture
 def engine(request: pytest.FixtureRequest) -> str:
-    """The store's engine: "sqlite", or "postgresql" where a module runs on both."""
+    """The store's engine: "sqlite", or "postgresql" in tests/conformance/ (its conftest.py parametrizes it)."""
     return str(getattr(request, "param", "sqlite"))
 
 

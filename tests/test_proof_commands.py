@@ -26,11 +26,12 @@ TESTS = Path(__file__).resolve().parent
 def long_tests() -> dict[str, list[str]]:
     """File -> its test functions whose id does not fit on a line of the command."""
     found: dict[str, list[str]] = {}
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted([*TESTS.glob("test_*.py"), *TESTS.glob("conformance/test_*.py")]):
+        file = path.relative_to(TESTS).as_posix()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                if len(f"    tests/{path.name}::{node.name} \\") > WIDTH:
-                    found.setdefault(path.name, []).append(node.name)
+                if len(f"    tests/{file}::{node.name} \\") > WIDTH:
+                    found.setdefault(file, []).append(node.name)
     return found
 
 
@@ -61,12 +62,14 @@ def test_the_command_fits_its_lines_and_names_every_test() -> None:
     ids += [f"{file}::{name}" for file, names in files.items() for name in names]
     text = command(ids)
     assert max(len(line) for line in text.splitlines()) <= WIDTH
-    assert "tests/test_protocol.py::test_lease_is_immutable" in text and "tests/test_batch.py \\" not in text
+    # a conformance file named by its name alone is shown with its folder
+    assert "tests/conformance/test_protocol.py::test_lease_is_immutable" in text
+    assert "tests/conformance/test_batch.py \\" not in text
     for file, names in files.items():
         assert all(keyword(file, name) in text for name in names)
     # bash removes a backslash-newline, also inside the double quotes of -k
     joined = text.replace("\\\n", "")
     for file, names in files.items():
-        found = re.search(rf'tests/{re.escape(file)} -k "([^"]*)"', joined)
+        found = re.search(rf'tests/{re.escape(file)}\s+-k "([^"]*)"', joined)
         assert found is not None, file
         assert found[1].split()[::2] == [keyword(file, name) for name in names]

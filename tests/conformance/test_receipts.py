@@ -42,7 +42,7 @@ from queue_core import (
 )
 from queue_core.testing.faults import FaultPlan
 
-from .support import batch, money
+from ..support import batch, money
 
 NORTH, OP = "north", "order-7:charge"
 

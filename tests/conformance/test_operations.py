@@ -1,6 +1,6 @@
 """Operating the queue: metrics from the version 3 timestamps, and retention (prune) that keeps dedup exact.
 
-Runs on both engines (tests/conftest.py, BOTH_ENGINES): a real SQLite file,
+Runs on both engines (tests/conformance/conftest.py): a real SQLite file,
 and a real PostgreSQL database. Only the clock is modelled.
 """
 
@@ -15,7 +15,7 @@ from queue_core.prometheus import exposition
 from queue_core.envelope import payload_digest
 from queue_core.values import Latency
 
-from .support import batch, line, money
+from ..support import batch, line, money
 
 
 def finish(store: Store, event_id: str) -> Outcome:

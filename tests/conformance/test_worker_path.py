@@ -1,6 +1,6 @@
 """The worker's path: ``claim_message`` and ``complete_message`` (what ``work()`` runs).
 
-Runs on both engines (tests/conftest.py, BOTH_ENGINES). The claim is one
+Runs on both engines (tests/conformance/conftest.py). The claim is one
 statement that must lease exactly what ``claim`` leases, in the same order,
 with the same rule for a lease that ran out for the last time; the completion
 has no read before the effect, so its fence is the ACK alone, and a refusal

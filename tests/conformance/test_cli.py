@@ -6,7 +6,7 @@ exit 0 success, 2 rejected input or usage error, 1 anything else, and an
 expected error never prints a traceback.
 
 A test about the protocol as the CLI exposes it takes ``target`` (what
-``--db`` names) and runs twice (conftest.py, BOTH_ENGINES): on the SQLite file
+``--db`` names) and runs twice (tests/conformance/conftest.py): on the SQLite file
 ``q.sqlite3`` in the working directory, and on a fresh database of the
 session's throwaway PostgreSQL server. A test about the SQLite file itself (a
 missing file, a directory, a foreign or corrupt file, the default path) runs
@@ -33,8 +33,8 @@ import pytest
 from queue_core import EnqueueResult, Handler, ModelClock, Store, ledger, work
 from queue_core.engines import is_postgres_url
 
-from .postgres_server import PORT, SERVER_USER, Cluster
-from .support import DEMO_LINES
+from ..postgres_server import PORT, SERVER_USER, Cluster
+from ..support import DEMO_LINES
 
 GOOD_LINE = '{"event_id": "E0009", "payload": {"category": "pen", "amount_cents": 1}}\n'
 SUMMARY_KEYS = {"claimed", "done", "retried", "dead", "lease_lost"}

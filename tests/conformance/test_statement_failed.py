@@ -6,7 +6,7 @@ with no effect; PostgreSQL aborts the transaction instead, and its ACK would
 fail for another reason. queue_core refuses the ACK on both engines, the same
 way: the message is refused like a handler that raised (``statement_failed``,
 temporary), and nothing the handler wrote commits. Runs on both engines
-(tests/conftest.py, BOTH_ENGINES).
+(tests/conformance/conftest.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Named queues: each with its own settings in the database, isolated from the others.
 
-Runs on both engines (tests/conftest.py, BOTH_ENGINES). The CLI tests run
+Runs on both engines (tests/conformance/conftest.py). The CLI tests run
 real ``queue-core`` processes.
 """
 

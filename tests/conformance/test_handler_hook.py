@@ -39,7 +39,7 @@ from queue_core import (
 from queue_core.store import HANDLER_ERROR, MAX_ATTEMPTS, PROBE_POINTS
 from queue_core.testing.faults import FaultPlan, Tracer
 
-from .support import batch, line
+from ..support import batch, line
 
 ORDERS = "CREATE TABLE orders (event_id TEXT PRIMARY KEY, category TEXT NOT NULL, cents INTEGER NOT NULL) STRICT"
 

@@ -1,6 +1,6 @@
 """The worker loop's heartbeat: a ``LongHandler``'s long step runs outside the transaction, its lease kept.
 
-Runs on both engines (tests/conftest.py, BOTH_ENGINES): a real SQLite file,
+Runs on both engines (tests/conformance/conftest.py): a real SQLite file,
 and a real PostgreSQL database. In-process tests model the clock; the
 heartbeat's thread and its connection are real. The process tests use the
 real clock and real OS processes, killed by SIGKILL or stopped by SIGSTOP.
@@ -41,7 +41,7 @@ from queue_core import (
 from queue_core.values import Lease
 from queue_core.testing.faults import FaultPlan
 
-from .support import DEMO_LINES, line, money, until
+from ..support import DEMO_LINES, line, money, until
 
 T = TypeVar("T")
 

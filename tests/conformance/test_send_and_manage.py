@@ -1,6 +1,6 @@
 """Python-shaped enqueues (``send``, a list of dicts), delays, and seeing and cleaning a queue.
 
-Runs on both engines (tests/conftest.py, BOTH_ENGINES). ``send`` and a list
+Runs on both engines (tests/conformance/conftest.py). ``send`` and a list
 of dicts are validated exactly as JSONL lines are: the same codes, nothing
 written on a rejection. ``list`` and ``purge`` run as real ``queue-core``
 processes.

@@ -3,7 +3,7 @@
 Every decision compares whole seconds, rounded down (``now()``); a lease's
 deadline counts from the claim's time rounded up. Counted from the second
 below, a 1-second lease taken at 1000.89 would have ended at 1001.0, after
-0.11 s. Runs on both engines (tests/conftest.py, BOTH_ENGINES): a real SQLite
+0.11 s. Runs on both engines (tests/conformance/conftest.py): a real SQLite
 file and a real PostgreSQL database; the clock is modelled with fractions, then
 the real clock is used (on PostgreSQL, the server's).
 """
@@ -20,7 +20,7 @@ import pytest
 
 from queue_core import Handler, Lease, LeaseLost, Outcome, Store, ledger
 
-from .support import batch, line
+from ..support import batch, line
 
 
 def held(store: Store, lease: object) -> str:

@@ -40,9 +40,9 @@ from queue_core import (
 from queue_core.store import HANDLER_ERROR, LEASE_EXPIRED, MAX_BATCH
 from proof.invariants import check_invariants, read_file
 
-from .support import batch, line, money
+from ..support import batch, line, money
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_BATCH = ROOT / "snippets" / "demo.jsonl"
 SUMMARY_KEYS = {"claimed", "done", "retried", "dead", "lease_lost"}
 QUEUE_CORE = (sys.executable, "-m", "queue_core")

@@ -1,6 +1,6 @@
 """Lease extension (``extend``) and the heartbeat: fenced like completion, spending no attempt.
 
-Runs on both engines (tests/conftest.py, BOTH_ENGINES): a real SQLite file,
+Runs on both engines (tests/conformance/conftest.py): a real SQLite file,
 and a real PostgreSQL database. Only the clock is modelled; the heartbeat's
 thread and its connection are real.
 """
@@ -15,8 +15,8 @@ import pytest
 from queue_core import Handler, LeaseLost, ModelClock, Outcome, Store
 from queue_core.values import Lease
 
-from . import support
-from .support import DEMO_LINES, money
+from .. import support
+from ..support import DEMO_LINES, money
 
 
 def until(condition: Callable[[], bool]) -> None:

@@ -32,7 +32,7 @@ from queue_core import (
 from queue_core.store import HANDLER_ERROR, LEASE_EXPIRED, MAX_LEASE_SECONDS
 from queue_core.testing.faults import FaultPlan
 
-from .support import batch, line, money
+from ..support import batch, line, money
 
 
 def temporary(code: str = "downstream_unavailable"):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .support import batch, line
+from ..support import batch, line
 
 QUEUE_CORE = [sys.executable, "-m", "queue_core"]
 

@@ -1,7 +1,7 @@
 """The JSONL batch envelope (SPEC "Input: a JSONL batch"), rule by rule, at each boundary.
 
 Everything is fed as real bytes. Whatever is about writing runs twice
-(conftest.py, BOTH_ENGINES): against a real SQLite file in ``tmp_path`` and
+(tests/conformance/conftest.py): against a real SQLite file in ``tmp_path`` and
 against a fresh database of the session's throwaway PostgreSQL server, through
 conftest's ``store`` fixture. Each rejection is checked for its code, its line
 (``None`` only for file-level problems) and ``str(exc)``, which must name both.
@@ -24,7 +24,7 @@ import queue_core
 from queue_core import BatchRejected, InputError, UnknownEvent, canonical_json, parse_batch
 from queue_core import envelope
 
-from .postgres_server import PORT, SERVER_USER
+from ..postgres_server import PORT, SERVER_USER
 
 MAX_DEPTH = envelope.MAX_DEPTH
 BOM = b"\xef\xbb\xbf"

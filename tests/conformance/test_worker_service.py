@@ -1,6 +1,6 @@
 """The worker as a service: your handler from the CLI, ``--forever``, and how it stops.
 
-Runs on both engines (tests/conftest.py, BOTH_ENGINES). The workers are real
+Runs on both engines (tests/conformance/conftest.py). The workers are real
 ``queue-core work`` processes stopped with real signals (SIGTERM, SIGINT);
 the handlers are real modules in the test's folder, imported by
 ``--handler module:function`` as the CLI does for a user.
@@ -319,7 +319,7 @@ def test_an_interruption_mid_message_gives_the_leases_back(store: Store, batch: 
 
 # ------------------------------------------------------- the service unit
 
-UNIT = Path(__file__).resolve().parent.parent / "snippets" / "queue-core-worker.service"
+UNIT = Path(__file__).resolve().parents[2] / "snippets" / "queue-core-worker.service"
 
 
 @pytest.mark.one_engine

@@ -3,8 +3,8 @@
 A database that loses a claim (a failover to a standby that lagged, a
 restored backup) issues the same generation again. Here the loss is made
 with SQL: the row is put back exactly as it was before the claim, which is
-what the standby or the backup holds. Runs on both engines (conftest.py,
-BOTH_ENGINES). Without the token these tests fail: the old lease matches the
+what the standby or the backup holds. Runs on both engines
+(tests/conformance/conftest.py). Without the token these tests fail: the old lease matches the
 new claim's generation and deadline, and completes it.
 """
 

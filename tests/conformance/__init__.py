@@ -1,0 +1,1 @@
+"""The conformance suite: what every engine must do alike (see conftest.py)."""
