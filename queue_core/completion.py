@@ -8,14 +8,13 @@ transaction), and raises ``LeaseLost`` otherwise.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 
 from .engines import THREADS
 from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
-from .reads import Reads, message_of
+from .reads import Reads
 from .rules import (
     MessageHandler,
     backoff_seconds,
@@ -149,14 +148,10 @@ class Completions(Reads):
                         escaped = exc
                         break
                 else:
-                    leases = [[c.lease.event_id, c.lease.generation, c.lease.token]
-                              for c in batch]
-                    acked = tx.conn.execute(
-                        tx.sql.ack_many,
-                        {**tx.times(), "queue": self.queue, "leases": json.dumps(leases)},
+                    acked = tx.ops.ack_many(
+                        tx.conn, self.queue, [c.lease for c in batch], tx.times()
                     )
-            # read once everything is answered: no extra wait on PostgreSQL
-            if acked is not None and acked.rowcount != len(batch):
+            if acked is not None and acked != len(batch):
                 unusual = LeaseLost("a lease of the batch is not current")
         except StorageError as exc:
             if escaped is None:
@@ -231,14 +226,7 @@ class Completions(Reads):
         ``StatementFailed`` instead if a statement run through ``tx`` failed.
         """
         tx.raise_if_statement_failed()
-        params = {
-            **tx.times(),
-            "queue": self.queue,
-            "event_id": lease.event_id,
-            "generation": lease.generation,
-            "token": lease.token,
-        }
-        return self._acked(tx, lease, tx.conn.execute(tx.sql.ack, params).rowcount)
+        return self._acked(tx, lease, tx.ops.ack(tx.conn, self.queue, lease, tx.times()))
 
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
         """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
@@ -247,11 +235,11 @@ class Completions(Reads):
         from the database, never from the caller.
         """
         check_lease(lease)
-        row = tx.conn.execute(tx.sql.lease_locked, (self.queue, lease.event_id)).fetchone()
+        found = tx.ops.lease_locked(tx.conn, self.queue, lease.event_id)
         now = tx.now()
-        if row is None:
+        if found is None:
             raise LeaseLost(f"{lease.event_id} is not in the queue")
-        message, token = message_of(row[:-1]), row[-1]
+        message, token = found
         if message.generation != lease.generation:
             raise LeaseLost(
                 f"{lease.event_id}: generation {lease.generation} is stale; "
@@ -291,15 +279,12 @@ class Completions(Reads):
         self._at("complete.after_recheck")
         # The fence and the ACK in one statement: the row changes only while
         # this lease is its current, unexpired lease.
-        acked = tx.conn.execute(
-            tx.sql.complete_ack,
-            (now, self.queue, lease.event_id, lease.generation, lease.token, now),
-        ).rowcount
+        acked = tx.ops.ack(tx.conn, self.queue, lease, {"now": now})
         return self._acked(tx, lease, acked)
 
-    def _acked(self, tx: Tx, lease: Lease, rows: int) -> Completion:
+    def _acked(self, tx: Tx, lease: Lease, acked: bool) -> Completion:
         """DONE if the fenced ACK changed the message's row; else ``LeaseLost`` with why."""
-        if rows != 1:
+        if not acked:
             self.leased_tx(tx, lease)  # raises LeaseLost with the reason
             raise LeaseLost(
                 f"{lease.event_id}: generation {lease.generation} "
@@ -330,15 +315,8 @@ class Completions(Reads):
         """``release`` inside the caller's transaction."""
         self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
         self._at("release.after_read")
-        params = {
-            **tx.times(),
-            "queue": self.queue,
-            "event_id": lease.event_id,
-            "generation": lease.generation,
-            "token": lease.token,
-        }
         # the row is locked and checked: the fenced UPDATE changes it
-        if tx.conn.execute(tx.sql.release, params).rowcount != 1:
+        if not tx.ops.release(tx.conn, self.queue, lease, tx.times()):
             raise LeaseLost(f"{lease.event_id}: the lease changed while it was released")
         self._at("release.after_update")
         return Completion(lease.event_id, Outcome.RELEASED)
@@ -388,18 +366,7 @@ class Completions(Reads):
             lease.token,
         )
         # The same fence in the UPDATE itself, as in complete_tx.
-        changed = tx.conn.execute(
-            tx.sql.extend_lease,
-            (
-                extended.lease_until,
-                self.queue,
-                lease.event_id,
-                lease.generation,
-                lease.token,
-                now,
-            ),
-        ).rowcount
-        if changed != 1:
+        if not tx.ops.extend(tx.conn, self.queue, lease, now=now, until=extended.lease_until):
             raise LeaseLost(
                 f"{lease.event_id}: generation {lease.generation} "
                 "is no longer the current lease"
@@ -515,16 +482,12 @@ class Completions(Reads):
         point: str,
     ) -> Completion:
         if permanent or message.attempts >= self.max_attempts:
-            tx.conn.execute(
-                tx.sql.fail_dead,
-                (code, detail, self.queue, message.event_id),
-            )
+            tx.ops.fail_dead(tx.conn, self.queue, message.event_id, code, detail)
             outcome = Completion(message.event_id, Outcome.DEAD, code, detail=detail)
         else:
             available_at = tx.now() + backoff_seconds(message.attempts)
-            tx.conn.execute(
-                tx.sql.fail_retry,
-                (available_at, code, detail, self.queue, message.event_id),
+            tx.ops.fail_retry(
+                tx.conn, self.queue, message.event_id, code, detail, available_at=available_at
             )
             outcome = Completion(
                 message.event_id, Outcome.RETRY, code, available_at, detail

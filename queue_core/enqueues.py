@@ -9,7 +9,7 @@ payload a conflict that rejects the batch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from .completion import Completions
 from .envelope import Batch, check_batch, parse_batch, parse_items, payload_digest
@@ -17,11 +17,6 @@ from .errors import BatchRejected
 from .rules import check_delay
 from .transactions import Tx
 from .values import EnqueueResult
-
-# Rows per INSERT statement on enqueue: 5 bound values each, far below
-# SQLite's 32,766-variable limit and PostgreSQL's 65,535.
-INSERT_ROWS: Final = 250
-
 
 class Enqueues(Completions):
     """The store's enqueues, on its completions, reads and transactions."""
@@ -97,24 +92,19 @@ class Enqueues(Completions):
         now = tx.now()
         # One read for the whole batch, then one INSERT statement for its new events.
         ids = [event.event_id for event in batch.events]
-        sql = tx.sql
-        if sql.enqueue_turn is not None:
-            # No database write lock there: enqueues take turns, so that a
-            # duplicate or a conflict is decided as on SQLite.
-            tx.conn.execute(sql.enqueue_turn)
-        found = tx.conn.execute(
-            sql.enqueue_find, (self.queue, sql.dialect.id_list(ids))
-        )
+        # where no write lock does it, enqueues take turns, so that a
+        # duplicate or a conflict is decided as on SQLite
+        tx.ops.enqueue_turn(tx.conn)
         stored: dict[str, str] = {}
         # event_id -> SHA-256 of the canonical payload prune removed
         pruned: dict[str, str] = {}
-        for event_id, payload, digest in found.fetchall():
+        for event_id, text, digest in tx.ops.stored(tx.conn, self.queue, ids):
             if digest is None:
-                stored[event_id] = payload
+                stored[event_id] = text
             else:
                 pruned[event_id] = digest
         self._at("enqueue.after_read")
-        new: list[tuple[str, str, int, int, str]] = []
+        new: list[tuple[str, str]] = []
         duplicates = batch.duplicates_in_batch
         # in batch order: a conflict names the first line at fault
         for event in batch.events:
@@ -128,7 +118,7 @@ class Enqueues(Completions):
                     else ""
                 )
             if payload is None:
-                new.append((event.event_id, event.payload, now + delay, now, self.queue))
+                new.append((event.event_id, event.payload))
             elif payload == event.payload:
                 duplicates += 1
             else:
@@ -140,15 +130,9 @@ class Enqueues(Completions):
                     unit=batch.unit or "line",
                 )
         if new:
-            # Rows of many VALUES per statement: per-row statement steps cost
-            # more than the CHECKs themselves (see scripts/bench.py's enqueue row).
-            for start in range(0, len(new), INSERT_ROWS):
-                chunk = new[start : start + INSERT_ROWS]
-                tx.conn.execute(
-                    sql.enqueue_insert
-                    + ", ".join([sql.enqueue_insert_row] * len(chunk)),
-                    [value for row in chunk for value in row],
-                )
+            # one statement for the whole batch: per-row statement steps cost
+            # more than the CHECKs themselves (see scripts/bench.py's enqueue row)
+            tx.ops.insert(tx.conn, self.queue, new, now=now, available_at=now + delay)
             self._at("enqueue.after_insert")
         return EnqueueResult(accepted=len(new), duplicates=duplicates)
 

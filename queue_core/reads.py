@@ -7,8 +7,7 @@ messages by their hash.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from .envelope import payload_digest
 from .errors import QueueConflict, UnknownEvent
@@ -30,9 +29,7 @@ class Reads(Transactions):
 
     def status_tx(self, view: Tx) -> StateCounts:
         """``status`` inside the caller's transaction or snapshot."""
-        return StateCounts(
-            dict(view.conn.execute(view.sql.status_counts, (self.queue,)).fetchall())
-        )
+        return StateCounts(view.ops.counts(view.conn, self.queue))
 
     def metrics(self) -> Metrics:
         """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""
@@ -40,35 +37,27 @@ class Reads(Transactions):
 
     def metrics_tx(self, view: Tx) -> Metrics:
         """``metrics`` inside the caller's transaction or snapshot."""
-        sql, run = view.sql, view.conn.execute
+        ops, conn, queue = view.ops, view.conn, self.queue
         now = view.now()
         counts = self.status_tx(view).messages
-        queue = (self.queue,)
-        oldest = run(sql.oldest_ready, queue).fetchone()[0]
-        dead = dict(run(sql.dead_attempts, queue).fetchall())
-        done, longest, total = run(sql.done_summary, queue).fetchone()
+        oldest = ops.oldest_ready(conn, queue)
+        done, longest, total = ops.done_summary(conn, queue)
 
         def percentile(p: int) -> int | None:
             if not done:
                 return None
-            rank = max(1, -(-p * int(done) // 100))  # nearest rank: ceil(p/100 * n)
-            return int(run(sql.done_percentile, (self.queue, rank - 1)).fetchone()[0])
+            rank = max(1, -(-p * done // 100))  # nearest rank: ceil(p/100 * n)
+            return ops.done_seconds_at(conn, queue, rank - 1)
 
-        expired, pruned = run(sql.expired_and_pruned, queue).fetchone()
+        expired, pruned = ops.expired_and_pruned(conn, queue)
         return Metrics(
             now=now,
             messages={state: counts.get(state, 0) for state in STATES},
-            oldest_ready_age=None if oldest is None else max(0, now - int(oldest)),
-            dead_attempts={int(k): int(v) for k, v in dead.items()},
-            enqueue_to_done=Latency(
-                int(done),
-                percentile(50),
-                percentile(95),
-                None if longest is None else int(longest),
-                int(total),
-            ),
-            expired_leases=int(expired),
-            pruned=int(pruned),
+            oldest_ready_age=None if oldest is None else max(0, now - oldest),
+            dead_attempts=ops.dead_attempts(conn, queue),
+            enqueue_to_done=Latency(done, percentile(50), percentile(95), longest, total),
+            expired_leases=expired,
+            pruned=pruned,
         )
 
     def prune(self, older_than_seconds: int) -> Pruned:
@@ -101,25 +90,19 @@ class Reads(Transactions):
 
     def prune_tx(self, tx: Tx, older_than_seconds: int) -> Pruned:
         """``prune`` inside the caller's transaction."""
-        sql = tx.sql
         cutoff = tx.now() - older_than_seconds
         pruned = 0
         while True:  # in chunks, so that memory stays flat however many payloads go
-            rows = tx.conn.execute(
-                sql.prune_chunk, (self.queue, cutoff, PRUNE_CHUNK)
-            ).fetchall()
+            rows = tx.ops.prunable(tx.conn, self.queue, cutoff, PRUNE_CHUNK)
             if not rows:
                 break
-            tx.conn.executemany(
-                sql.prune_payload,
-                [
-                    (payload_digest(payload), self.queue, event_id)
-                    for event_id, payload in rows
-                ],
+            tx.ops.prune(
+                tx.conn,
+                self.queue,
+                [(event_id, payload_digest(payload)) for event_id, payload in rows],
             )
             pruned += len(rows)
-        unknown = tx.conn.execute(sql.prune_unknown_age, (self.queue,)).fetchone()[0]
-        return Pruned(pruned=pruned, unknown_age=int(unknown))
+        return Pruned(pruned=pruned, unknown_age=tx.ops.unknown_age(tx.conn, self.queue))
 
     def message(self, event_id: str) -> Message:
         """One stored message, as stored."""
@@ -143,25 +126,7 @@ class Reads(Transactions):
         ):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
 
-        def body(view: Tx) -> list[Message]:
-            sql = view.sql
-            if limit is None:
-                rows = (
-                    view.conn.execute(sql.messages_all, (self.queue,))
-                    if state is None
-                    else view.conn.execute(sql.messages_in_state, (self.queue, state))
-                )
-            else:
-                rows = (
-                    view.conn.execute(sql.messages_first, (self.queue, limit))
-                    if state is None
-                    else view.conn.execute(
-                        sql.messages_first_in_state, (self.queue, state, limit)
-                    )
-                )
-            return [message_of(row) for row in rows]
-
-        return self.read(body)
+        return self.read(lambda view: view.ops.messages(view.conn, self.queue, state, limit))
 
     def purge(self, state: str) -> int:
         """Remove every ``ready`` or every ``dead`` message; returns how many.
@@ -183,9 +148,7 @@ class Reads(Transactions):
         """``purge`` inside the caller's transaction."""
         if state not in ("ready", "dead"):
             raise ValueError(f"purge removes ready or dead messages, got {state!r}")
-        return max(
-            0, tx.conn.execute(tx.sql.purge_state, (self.queue, state)).rowcount
-        )
+        return tx.ops.purge(tx.conn, self.queue, state)
 
     def dead_letters(self) -> list[Message]:
         """The dead-letter queue: messages with ``state = 'dead'``."""
@@ -196,9 +159,7 @@ class Reads(Transactions):
     def queue_settings(self, name: str) -> QueueSettings | None:
         """The settings of queue ``name`` in this database, or None if it has none."""
         check_queue_name(name)
-        row = self.read(
-            lambda view: view.conn.execute(view.sql.queue_settings, (name,)).fetchone()
-        )
+        row = self.read(lambda view: view.ops.queue_settings(view.conn, name))
         return None if row is None else QueueSettings(*row)
 
     def create_queue(
@@ -230,9 +191,9 @@ class Reads(Transactions):
         )
 
         def create(tx: Tx) -> QueueSettings:
-            row = tx.conn.execute(tx.sql.queue_settings, (name,)).fetchone()
+            row = tx.ops.queue_settings(tx.conn, name)
             if row is None:
-                tx.conn.execute(tx.sql.queue_insert, tuple(wanted.to_dict().values()))
+                tx.ops.create_queue(tx.conn, wanted.to_dict())
                 return wanted
             found = QueueSettings(*row)
             if found != wanted:
@@ -253,29 +214,15 @@ class Reads(Transactions):
         """Every queue of this database, by name, with its counts by state."""
 
         def every(view: Tx) -> list[tuple[QueueSettings, StateCounts]]:
-            counts: dict[str, dict[str, int]] = {}
-            for queue, state, count in view.conn.execute(view.sql.queue_counts):
-                counts.setdefault(queue, {})[state] = int(count)
+            counts = view.ops.queue_counts(view.conn)
             return [
                 (QueueSettings(*row), StateCounts(counts.get(row[0], {})))
-                for row in view.conn.execute(view.sql.queues_all).fetchall()
+                for row in view.ops.queues(view.conn)
             ]
 
         return self.read(every)
 
 
-def message_of(row: Sequence[Any]) -> Message:
-    """A ``Message`` from a row of ``statements.MESSAGE_COLUMNS``.
-
-    The last column says whether prune removed the payload: 0/1 from SQLite, a
-    bool from PostgreSQL, or the hash itself (None: not pruned) after RETURNING.
-    """
-    values = list(row)
-    values[-2] = bool(values[-2])  # pruned; the queue's name is last
-    return Message(*values)
-
-
 def fetch_message(tx: Tx, queue: str, event_id: str) -> Message | None:
     """One message of ``queue``, or None."""
-    row = tx.conn.execute(tx.sql.message, (queue, event_id)).fetchone()
-    return None if row is None else message_of(row)
+    return tx.ops.message(tx.conn, queue, event_id)

@@ -21,7 +21,7 @@ Every function takes the caller's open transaction: a store ``Tx`` (on
 SQLite or PostgreSQL), or a plain ``sqlite3.Connection`` inside ``BEGIN``. In
 a queue database the table is part of the versioned schema (migration 2 of
 each engine); another SQLite database creates it once with ``create_table``.
-Its statements are named in ``statements.py`` (``receipt_*``).
+Its statements are each engine's named statements (``receipt_*``).
 
 On PostgreSQL two transactions can run ``record`` for the same key at once
 (there is no database write lock), so ``record`` first takes a transaction
@@ -39,11 +39,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Union
 
 from .clock import SystemClock
-from .engines import sqlite as sqlite_engine
+from .engines import adopt
 from .envelope import MAX_PAYLOAD_BYTES, canonical_json
 from .errors import InvalidReceipt, OperationConflict, PermanentFailure, ReceiptError
 from .store import MessageHandler, Store
@@ -51,12 +50,6 @@ from .transactions import Tx
 from .values import Message
 
 MAX_KEY_CHARS = 200  # tenant and operation: 1..200 characters each
-# The table as the SQLite queue's migration 2 creates it (IF NOT EXISTS).
-CREATE_TABLE: Final = next(
-    statement
-    for statement in sqlite_engine.sql_statements(sqlite_engine.MIGRATIONS[2])
-    if "CREATE TABLE IF NOT EXISTS receipts" in statement
-)
 
 Transaction = Union[Tx, sqlite3.Connection]
 ReceiptKey = Callable[[Mapping[str, Any]], "tuple[Any, Any]"]
@@ -96,13 +89,13 @@ def create_table(tx: Transaction) -> None:
 
     A queue's database has it already.
     """
-    if not isinstance(tx, sqlite3.Connection):
+    if isinstance(tx, Tx):
         raise ValueError(
             "create_table is for an SQLite database that is not a queue's; "
             "Store() creates the receipts table with the queue's schema"
         )
     view = _open_transaction(tx)
-    view.conn.execute(CREATE_TABLE)
+    view.ops.create_receipts(view.conn)
 
 
 def record(
@@ -123,9 +116,8 @@ def record(
     view = _open_transaction(tx)
     _check_key(tenant, operation)
     canonical = _canonical(payload)
-    if view.sql.receipt_turn is not None:
-        # no database write lock: one key's writers take turns
-        view.conn.execute(view.sql.receipt_turn, (tenant, operation))
+    # where no database write lock does it, one key's writers take turns
+    view.ops.receipt_turn(view.conn, tenant, operation)
     prior = _lookup(view, tenant, operation)
     if prior is not None:
         if prior.payload != canonical:
@@ -140,7 +132,7 @@ def record(
             "write_effect must return the effect's reference as a non-empty str, "
             f"got {effect!r}"
         )
-    view.conn.execute(view.sql.receipt_insert, (tenant, operation, canonical, effect))
+    view.ops.add_receipt(view.conn, tenant, operation, canonical, effect)
     return Recorded(Receipt(tenant, operation, canonical, effect), reused=False)
 
 
@@ -160,7 +152,7 @@ def all_receipts(conn: Transaction) -> list[Receipt]:
     view = _view(conn)
     if not _table_exists(view):
         return []
-    return [Receipt(*row) for row in view.conn.execute(view.sql.receipt_all)]
+    return [Receipt(*row) for row in view.ops.receipts(view.conn)]
 
 
 def stored(store: Store) -> list[Receipt]:
@@ -228,21 +220,20 @@ class ReceiptHandler:
 
 
 def _lookup(view: Tx, tenant: str, operation: str) -> Receipt | None:
-    row = view.conn.execute(view.sql.receipt_lookup, (tenant, operation)).fetchone()
+    row = view.ops.receipt(view.conn, tenant, operation)
     return None if row is None else Receipt(*row)
 
 
 def _table_exists(view: Tx) -> bool:
-    return view.engine.table_exists(view.conn, "receipts")  # readers must not create it
+    return view.ops.table_exists(view.conn, "receipts")  # readers must not create it
 
 
 def _view(tx: Transaction) -> Tx:
     """The caller's transaction as a ``Tx``: a plain sqlite3 connection gets one."""
     if isinstance(tx, Tx):
         return tx
-    if isinstance(tx, sqlite3.Connection):
-        # your own SQLite database: its file is only named in error messages
-        engine = sqlite_engine.SQLiteEngine(Path("your database"), busy_timeout_ms=0)
+    engine = adopt(tx)  # your own database's connection, if an engine knows its kind
+    if engine is not None:
         return Tx(tx, engine, SystemClock())
     raise TypeError(
         "expected a store transaction (Tx) or an sqlite3.Connection, "

@@ -8,9 +8,9 @@ a reader can find every number the protocol lives by in one place.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Final, Protocol
 
+from .clock import lease_deadline as lease_deadline  # re-exported: one of the rules
 from .errors import HandlerFailure, PermanentFailure, StatementFailed
 from .values import Lease, Message
 
@@ -82,17 +82,6 @@ def refusal(exc: Exception) -> tuple[str, str | None, bool]:
     if isinstance(exc, StatementFailed):
         return exc.code, exc.message, False
     return HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
-
-
-def lease_deadline(instant: float, lease_seconds: int) -> int:
-    """A new lease's ``lease_until``, counted from the next whole second.
-
-    So it lasts at least ``lease_seconds``.
-    A lease is valid while ``now() < lease_until``, and ``now()`` rounds the time
-    down: counted from the second below, a lease taken at 1000.9 would end at
-    1001.0 after 0.1 s.
-    """
-    return math.ceil(instant) + lease_seconds
 
 
 def check_lease_seconds(lease_seconds: object) -> None:

@@ -2,8 +2,8 @@
 
 The store is built in layers, one concept each: ``transactions.py`` (the
 runner), ``reads.py`` (reads and prune), ``completion.py`` (the fenced
-completions), ``enqueues.py`` (validated batches in), then this module; ``rules.py`` holds the numbers they live by
-and ``statements.py`` every statement they run.
+completions), ``enqueues.py`` (validated batches in), then this module; ``rules.py`` holds the numbers they live by,
+and each engine its statements (``engines/*_queries.sql``, run through ``engines/queries.py``).
 
 One ``Store`` is one named queue (``default`` unless named) of one SQLite
 file, or of one PostgreSQL database (``engines/`` holds what differs there).
@@ -26,8 +26,8 @@ transaction (and waits out a busy database), ``store.claim_tx(tx, ...)`` runs
 inside the caller's.
 
 Connections and transactions are ``transactions.py``'s, reads and prune
-``reads.py``'s, the statements ``statements.py``'s, and what differs between
-engines ``engines/``'s; an optional
+``reads.py``'s, the statements and what differs between engines
+``engines/``'s; an optional
 *probe* (``Store(..., probe=...)``) is told each named step of each operation,
 which is how the crash tests stop a real process at an exact point.
 """
@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .clock import Clock, SystemClock
-from .enqueues import INSERT_ROWS, Enqueues
+from .enqueues import Enqueues
 from .engines import engine_for
 from .errors import LeaseLost, NotDead, UnknownEvent, UnknownQueue
 from .queues import DEFAULT_QUEUE, DEFAULT_SETTINGS, check_queue_name
@@ -63,7 +63,6 @@ from .rules import (
     lease_deadline,
     refusal,
 )
-from .reads import message_of
 from .transactions import Probe, Tx
 from .values import Claimed, Completion, Lease, Message, Outcome, new_lease_token
 
@@ -73,7 +72,6 @@ __all__ = [  # what the store's module offers, its own and the rules it runs by
     "BUSY_TIMEOUT_MS",
     "DEFAULT_LEASE_SECONDS",
     "HANDLER_ERROR",
-    "INSERT_ROWS",
     "LEASE_EXPIRED",
     "MAX_ATTEMPTS",
     "MAX_BATCH",
@@ -170,7 +168,7 @@ class Store(Enqueues):
             engine,
             clock if clock is not None else SystemClock(),
             # no clock given: the engine's own, where it has one (the server's)
-            server_clock=clock is None and engine.sql.server_time is not None,
+            server_clock=clock is None and engine.has_clock,
             busy_retry_seconds=busy_retry_seconds,
             probe=probe,
             queue=queue,
@@ -252,41 +250,25 @@ class Store(Enqueues):
         token = new_lease_token()  # one per claim transaction: the generation names the row
         leases: list[Lease] = []
         while len(leases) < count:
-            rows = tx.conn.execute(
-                tx.sql.claim_candidates, (self.queue, now, now, count - len(leases))
-            ).fetchall()
+            rows = tx.ops.claim_candidates(tx.conn, self.queue, now, count - len(leases))
             self._at("claim.after_read")
             if not rows:
                 break
             for event_id, attempts, generation, expired_at in rows:
                 # a leased candidate: its lease ran out
-                expired = int(expired_at is not None)
                 if attempts >= self.max_attempts:
-                    tx.conn.execute(
-                        tx.sql.claim_expired_to_dead,
-                        (
-                            LEASE_EXPIRED,
-                            f"the lease of claim {attempts} of {self.max_attempts} "
-                            f"ended at {expired_at} with no completion",
-                            self.queue,
-                            event_id,
-                        ),
+                    tx.ops.expire_to_dead(
+                        tx.conn,
+                        self.queue,
+                        event_id,
+                        LEASE_EXPIRED,
+                        f"the lease of claim {attempts} of {self.max_attempts} "
+                        f"ended at {expired_at} with no completion",
                     )
                     self._at("claim.after_expire")
                     continue
                 lease = Lease(event_id, generation + 1, attempts + 1, lease_until, token)
-                tx.conn.execute(
-                    tx.sql.claim_lease,
-                    (
-                        lease.attempt,
-                        lease.generation,
-                        lease.lease_until,
-                        expired,
-                        token,
-                        self.queue,
-                        event_id,
-                    ),
-                )
+                tx.ops.lease(tx.conn, self.queue, lease, expired=expired_at is not None)
                 self._at("claim.after_update")
                 leases.append(lease)
         return leases
@@ -330,21 +312,20 @@ class Store(Enqueues):
         check_count(count)
         lease_seconds = self.lease_seconds_for(lease_seconds)
         token = new_lease_token()  # one per claim transaction, as in claim
-        params: dict[str, object] = {
-            **tx.times(lease_seconds),
-            "queue": self.queue,
-            "max_attempts": self.max_attempts,
-            "lease_expired": LEASE_EXPIRED,
-            "token": token,
-        }
+        times = tx.times(lease_seconds)
         claimed: list[Claimed] = []
         while len(claimed) < count:
             wanted = count - len(claimed)
-            rows = tx.conn.execute(
-                tx.sql.claim_messages, {**params, "wanted": wanted}
-            ).fetchall()
+            taken = tx.ops.claim_messages(
+                tx.conn,
+                self.queue,
+                wanted,
+                max_attempts=self.max_attempts,
+                token=token,
+                times=times,
+                lease_expired=LEASE_EXPIRED,
+            )
             # RETURNING gives no order: the claim order is available_at, event_id
-            taken = [message_of(row) for row in rows]
             if len(taken) > 1:
                 taken.sort(key=_claim_order)
             for message in taken:
@@ -359,7 +340,7 @@ class Store(Enqueues):
                     claimed.append(Claimed(lease, message))
             # fewer rows than wanted: nothing more is claimable now (a full set
             # with dead ones in it: look again, as claim does)
-            if len(rows) < wanted:
+            if len(taken) < wanted:
                 break
         return claimed
 
@@ -484,20 +465,15 @@ class Store(Enqueues):
         now = tx.now()
         done: list[str] = []
         for event_id in event_ids:
-            row = tx.conn.execute(
-                tx.sql.redrive_state, (self.queue, event_id)
-            ).fetchone()
+            state = tx.ops.state(tx.conn, self.queue, event_id)
             self._at("redrive.after_read")
-            if row is None:
+            if state is None:
                 raise UnknownEvent(f"{event_id} is not in the queue")
-            if row[0] != "dead":
+            if state != "dead":
                 raise NotDead(
-                    f"{event_id} is {row[0]}; only dead messages can be redriven"
+                    f"{event_id} is {state}; only dead messages can be redriven"
                 )
-            tx.conn.execute(
-                tx.sql.redrive_reset,
-                (now, self.queue, event_id),
-            )
+            tx.ops.redrive(tx.conn, self.queue, event_id, now)
             self._at("redrive.after_update")
             done.append(event_id)
         return done

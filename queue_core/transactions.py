@@ -19,12 +19,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
-from .clock import Clock
+from .clock import Clock, lease_deadline
 from .engines import Connection, Engine, Rows
 from .errors import StatementFailed, StorageError
-from .statements import Statements
+
+if TYPE_CHECKING:
+    from .engines.queries import Operations
 
 T = TypeVar("T")
 Probe = Callable[[str], None]  # told each named step of an operation as it is reached
@@ -53,10 +55,10 @@ class Tx:
         self.conn = conn
         self.queue = queue  # the store's queue: what a handler's effect may name
         self.engine = engine
-        self.sql: Statements = engine.sql
+        self.ops: Operations = engine.ops  # the protocol's operations on this engine
         self.clock = clock
         # no clock was given and the engine has one of its own (PostgreSQL's)
-        self._server_time = engine.sql.server_time if server_clock else None
+        self._server_clock = server_clock
         # The first of the caller's statements that failed (since the last
         # ROLLBACK TO): an ACK must not commit past a write that did not happen.
         self.failed_statement: Exception | None = None
@@ -66,7 +68,7 @@ class Tx:
 
         A long handler may have let time pass since the transaction began.
         """
-        if self._server_time is not None:
+        if self._server_clock:
             return int(self.instant())
         return self.clock.now()
 
@@ -75,8 +77,8 @@ class Tx:
 
         A clock without ``time()`` ticks in whole seconds.
         """
-        if self._server_time is not None:
-            return float(self.conn.execute(self._server_time).fetchone()[0])
+        if self._server_clock:
+            return self.ops.server_time(self.conn)
         reading = getattr(self.clock, "time", None)
         return float(reading()) if callable(reading) else float(self.clock.now())
 
@@ -86,12 +88,12 @@ class Tx:
         With the engine's own clock they are left NULL and the statement reads
         that clock itself (no round trip of their own).
         """
-        if self._server_time is not None:
+        if self._server_clock:
             return {"now": None, "until": None, "lease_seconds": lease_seconds}
         instant = self.instant()
         return {
             "now": math.floor(instant),
-            "until": math.ceil(instant) + lease_seconds,
+            "until": lease_deadline(instant, lease_seconds),
             "lease_seconds": lease_seconds,
         }
 

@@ -58,34 +58,32 @@ class Mutation:
     breaks: str  # the promise it breaks, in words
 
 
-S, C = "queue_core/statements.py", "queue_core/completion.py"
+S, C = "queue_core/engines/sqlite_queries.sql", "queue_core/completion.py"
 # the fenced read that opens complete, fail, extend and release: skipped
 _NO_FENCED_READ = (
-    "        message, token = message_of(row[:-1]), row[-1]\n",
-    "        message, token = message_of(row[:-1]), row[-1]\n"
+    "        message, token = found\n",
+    "        message, token = found\n"
     "        return message  # planted: no check\n",
 )
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "ack_ignores_lease_until", S,
-        (("f\"AND state = 'leased' AND lease_until > {dialect.now}\",\n"
-          "        \"release\"",
-          "f\"AND state = 'leased' AND (lease_until > {dialect.now} OR 1 = 1)\",\n"
-          "        \"release\""),
-         ("{dialect.leases_in_list} \"\n"
-          "        f\"AND state = 'leased' AND lease_until > {dialect.now}\"",
-          "{dialect.leases_in_list} \"\n"
-          "        f\"AND state = 'leased' AND (lease_until > {dialect.now} OR 1 = 1)\"")),
+        (("  AND lease_until > :now;\n\n-- name: ack_many",
+          "  AND (lease_until > :now OR 1 = 1);\n\n-- name: ack_many"),
+         ("  AND lease_until > :now;\n\n-- name: release",
+          "  AND (lease_until > :now OR 1 = 1);\n\n-- name: release")),
         "the worker's ACK (ack, ack_many) no longer checks that the lease is unexpired",
     ),
     Mutation(
         "release_unfenced", C,
         (("        self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why\n"
           "        self._at(\"release.after_read\")",
-          "        self._at(\"release.after_read\")"),
-         ("tx.conn.execute(tx.sql.release, params)",
-          "tx.conn.execute(tx.sql.release.split(\" AND generation\")[0], params)")),
+          "        self._at(\"release.after_read\")\n"
+          "        now = tx.ops.lease_locked(tx.conn, self.queue, lease.event_id)\n"
+          "        if now is not None:  # planted: released as whatever lease is current\n"
+          "            lease = Lease(lease.event_id, now[0].generation, lease.attempt,\n"
+          "                          lease.lease_until, now[1])"),),
         "a release no longer checks the lease: a stale lease gives the message back",
     ),
     Mutation(
@@ -94,13 +92,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "complete_unfenced", C,
-        (_NO_FENCED_READ, ("        if rows != 1:\n", "        if rows > 1:\n")),
+        (_NO_FENCED_READ, ("        if not acked:\n", "        if not acked and False:\n")),
         "complete no longer fenced: an ACK that changed no row is reported done, "
         "and the effect commits",
     ),
     Mutation(
         "extend_unfenced", C,
-        (_NO_FENCED_READ, ("        if changed != 1:\n", "        if changed > 1:\n")),
+        (_NO_FENCED_READ,
+         ("        if not tx.ops.extend(tx.conn, self.queue, lease, now=now, until=extended.lease_until):\n",
+          "        if not tx.ops.extend(tx.conn, self.queue, lease, now=now, until=extended.lease_until)"
+          " and False:\n")),
         "extend no longer fenced: a refused extension is reported as made",
     ),
     Mutation(
@@ -115,14 +116,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "claim_ignores_queue", S,
-        (("WHERE queue = ? AND state IN ('ready', 'leased')",
-          "WHERE ? <> '' AND state IN ('ready', 'leased')"),
-         ("lease_token = ?\n            WHERE queue = ? AND event_id = ?",
-          "lease_token = ?\n            WHERE ? <> '' AND event_id = ?"),
-         ("WHERE queue = :queue AND state IN ('ready', 'leased')",
+        (("WHERE queue = :queue AND state IN ('ready', 'leased')",
           "WHERE :queue <> '' AND state IN ('ready', 'leased')"),
-         ("WHERE queue = :queue AND {dialect.ids_chosen.format(chosen)}",
-          "WHERE :queue <> '' AND {dialect.ids_chosen.format(chosen)}")),
+         ("    lease_token = :token\nWHERE queue = :queue AND event_id = :event_id;",
+          "    lease_token = :token\nWHERE :queue <> '' AND event_id = :event_id;"),
+         ("WHERE queue = :queue AND event_id IN (",
+          "WHERE :queue <> '' AND event_id IN (")),
         "a claim takes messages of any queue",
     ),
     Mutation(
@@ -144,8 +143,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "prune_drops_hash", "queue_core/reads.py",
-        (("(payload_digest(payload), self.queue, event_id)",
-          "(payload_digest(\"{}\"), self.queue, event_id)"),),
+        (("(event_id, payload_digest(payload))",
+          "(event_id, payload_digest(\"{}\"))"),),
         "prune keeps the hash of the emptied payload, not the payload's: a re-sent "
         "event is no longer recognised as a duplicate",
     ),
@@ -156,35 +155,34 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "purge_takes_leased", S,
-        (("\"purge_state\": \"DELETE FROM messages WHERE queue = ? AND state = ? \"\n"
-          "        \"AND state IN ('ready', 'dead')\"",
-          "\"purge_state\": \"DELETE FROM messages WHERE queue = ? AND (state = ? \"\n"
-          "        \"OR state = 'leased')\""),),
+        (("DELETE FROM messages WHERE queue = :queue AND state = :state\n"
+          "  AND state IN ('ready', 'dead');",
+          "DELETE FROM messages WHERE queue = :queue AND (state = :state\n"
+          "  OR state = 'leased');"),),
         "purge removes leased messages too",
     ),
     Mutation(
         "delay_ignored", "queue_core/enqueues.py",
-        (("(event.event_id, event.payload, now + delay, now, self.queue)",
-          "(event.event_id, event.payload, now, now, self.queue)"),),
+        (("available_at=now + delay", "available_at=now"),),
         "a delayed event is claimable at once",
     ),
     Mutation(
         "redrive_keeps_attempts", S,
-        (("\"UPDATE messages SET state = 'ready', attempts = 0, \"",
-          "\"UPDATE messages SET state = 'ready', \""),),
+        (("UPDATE messages SET state = 'ready', attempts = 0, available_at = :now",
+          "UPDATE messages SET state = 'ready', available_at = :now"),),
         "redrive no longer resets the attempts: the message goes dead again at its claim",
     ),
     Mutation(
         "release_spends_attempt", S,
-        (("\"attempts = attempts - 1 WHERE queue = :queue",
-          "\"attempts = attempts WHERE queue = :queue"),),
+        (("UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts - 1",
+          "UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts"),),
         "a release counts the claim that it gives back as an attempt",
     ),
     Mutation(
         "release_loses_place", S,
-        (("\"release\": \"UPDATE messages SET state = 'ready', lease_until = NULL, \"",
-          "\"release\": \"UPDATE messages SET state = 'ready', lease_until = NULL, \"\n"
-          "        \"available_at = available_at + 1, \""),),
+        (("UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts - 1",
+          "UPDATE messages SET state = 'ready', lease_until = NULL, "
+          "available_at = available_at + 1, attempts = attempts - 1"),),
         "a released message goes behind the others in the claim order",
     ),
     Mutation(
@@ -218,7 +216,8 @@ def check(root: Path = ROOT) -> list[str]:
         source = (root / mutation.path).read_text(encoding="utf-8")
         try:
             changed = mutated(source, mutation)
-            compile(changed, mutation.path, "exec")
+            if mutation.path.endswith(".py"):
+                compile(changed, mutation.path, "exec")
         except (MutationRotted, SyntaxError) as exc:
             wrong.append(str(exc))
             continue

@@ -109,8 +109,9 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     # The claim index leads with the queue now, and claim reads through it without a sort.
     new_index = select(v1, "SELECT sql FROM sqlite_master WHERE name = 'messages_claimable'")
     assert index_sql != [] and new_index != index_sql and "(queue, available_at, event_id)" in new_index[0][0]
-    plan = " ".join(r[3] for r in select(v1, "EXPLAIN QUERY PLAN " + sqlite_engine.SQLITE.claim_candidates
-                                         .replace("?", "'default'", 1).replace("?", "5")))
+    claim = sqlite_engine.OPERATIONS.sql("claim_candidates")
+    plan = " ".join(r[3] for r in select(v1, "EXPLAIN QUERY PLAN " + claim.replace(":queue", "'default'")
+                                         .replace(":now", "5").replace(":wanted", "5")))
     assert "messages_claimable" in plan and "TEMP B-TREE" not in plan
     assert select(v1, "PRAGMA integrity_check") == [("ok",)]
     assert select(v1, "PRAGMA foreign_key_check") == []
@@ -466,3 +467,13 @@ def test_a_version_4_file_gets_lease_tokens_and_its_leases_still_complete(tmp_pa
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
             conn.execute("UPDATE messages SET lease_token = -1")
+
+
+def test_the_receipts_table_of_another_database_is_migration_2s() -> None:
+    """receipts.create_table runs the engine's receipts_create: the very table migration 2 makes."""
+    created = [s for s in sqlite_engine.sql_statements(sqlite_engine.MIGRATIONS[2])
+               if "CREATE TABLE IF NOT EXISTS receipts" in s]
+    assert len(created) == 1
+    def words(sql: str) -> list[str]:
+        return " ".join(line.split("--")[0].strip() for line in sql.strip().rstrip(";").splitlines()).split()
+    assert words(created[0]) == words(sqlite_engine.OPERATIONS.sql("receipts_create"))

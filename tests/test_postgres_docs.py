@@ -34,7 +34,7 @@ import pytest
 from queue_core import BatchRejected, EnqueueResult, Handler, ModelClock, StorageError, Store, ledger, receipts
 from queue_core.engines.postgres import PostgresConnection, PostgresEngine
 from queue_core.envelope import parse_batch
-from queue_core.statements import POSTGRESQL
+from queue_core.engines import postgres, sqlite
 from queue_core.transactions import Tx
 
 from . import test_compared
@@ -193,6 +193,10 @@ def test_without_working_locks_two_workers_pay_one_message(tmp_path: Path) -> No
 
 # ------------------------------------------------ the statements the page prints
 
+POSTGRESQL = postgres.OPERATIONS
+PG_NAMES = {query.sql: name for name, query in POSTGRESQL.queries.items()}
+
+
 class Recorder:
     """The page's stand-in connection (a queue_core.engines.Connection): keeps each statement
     as psycopg receives it, and answers it from an SQLite queue in the same state."""
@@ -205,11 +209,14 @@ class Recorder:
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         self.sent.append((sql, parameters))
-        if "pg_advisory_xact_lock" in sql or "= ANY(" in sql:
-            return self.lite.execute("SELECT 1 WHERE 0")
-        if "clock_timestamp" in sql:
+        name = PG_NAMES.get(sql)
+        if name in ("enqueue_turn", "receipt_turn"):
+            return self.lite.execute("SELECT 1")
+        if name == "server_time":
             return self.lite.execute("SELECT 1000.0")
-        return self.lite.execute(re.sub(r" FOR UPDATE( SKIP LOCKED)?", "", sql).replace("%s", "?"), parameters)
+        if name is not None:  # SQLite's statement of the same name, with the same parameters
+            return self.lite.execute(sqlite.OPERATIONS.sql(name), parameters)
+        return self.lite.execute(sql.replace("%s", "?"), parameters)
 
     def executemany(self, sql: str, parameters: Any, /) -> None:
         for one in parameters:
@@ -297,14 +304,14 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
     for operation in ("enqueue", "claim", "complete", "now", "receipt"):
         assert real[operation] == stand_in[operation], operation
     # And the page's claims about them are not vacuous: they are the named statements.
-    assert real["claim"][0][0] == POSTGRESQL.claim_candidates
+    assert real["claim"][0][0] == POSTGRESQL.sql("claim_candidates")
     assert real["claim"][0][0].endswith(" FOR UPDATE SKIP LOCKED")
-    assert [sql for sql, _ in real["enqueue"][:2]] == [POSTGRESQL.enqueue_turn, POSTGRESQL.enqueue_find]
+    assert [sql for sql, _ in real["enqueue"][:2]] == [POSTGRESQL.sql("enqueue_turn"), POSTGRESQL.sql("enqueue_find")]
     assert real["enqueue"][0][0].startswith("SELECT pg_advisory_xact_lock(")
-    assert POSTGRESQL.lease_locked.endswith(" FOR UPDATE")
-    assert any(sql == POSTGRESQL.lease_locked for sql, _ in real["complete"])
-    assert real["now"] == [(POSTGRESQL.server_time, ())]
-    assert real["receipt"][0] == (POSTGRESQL.receipt_turn, ("north", "op-1"))
+    assert POSTGRESQL.sql("lease_locked").endswith(" FOR UPDATE")
+    assert any(sql == POSTGRESQL.sql("lease_locked") for sql, _ in real["complete"])
+    assert real["now"] == [(POSTGRESQL.sql("server_time"), ())]
+    assert real["receipt"][0] == (POSTGRESQL.sql("receipt_turn"), {"tenant": "north", "operation": "op-1"})
 
 
 # ---------------------------------------------------- enqueues take turns
@@ -358,16 +365,17 @@ def test_concurrent_enqueues_of_one_event_take_turns(postgres_url: str, second_p
 def test_without_the_advisory_lock_a_concurrent_insert_fails_on_the_key(postgres_url: str) -> None:
     # The negative control: the enqueue's read and INSERT without its turn, on two connections.
     Store(postgres_url, clock=ModelClock(1000)).close()  # the schema
-    read = POSTGRESQL.enqueue_find
-    insert = POSTGRESQL.enqueue_insert + POSTGRESQL.enqueue_insert_row
-    row = ("E0001", '{"amount_cents":10000,"category":"book"}', 1000, 1000, "default")
+    read = POSTGRESQL.sql("enqueue_find")
+    insert = POSTGRESQL.sql("enqueue_insert")
+    row = {"queue": "default", "now": 1000, "available_at": 1000,
+           "events": json.dumps([["E0001", '{"amount_cents":10000,"category":"book"}']])}
     first = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
     second = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
     errors: list[StorageError] = []
     try:
         for conn in (first, second):
             conn.execute("BEGIN")
-            assert conn.execute(read, ("default", ["E0001"])).fetchall() == []  # neither sees the other's row
+            assert conn.execute(read, {"queue": "default", "ids": '["E0001"]'}).fetchall() == []  # neither sees the other's row
         first.execute(insert, row)
         pid = second.execute("SELECT pg_backend_pid()").fetchone()[0]
 

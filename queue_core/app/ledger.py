@@ -242,7 +242,7 @@ def _installed(view: Tx) -> bool:
 
 
 def _table_exists(view: Tx, name: str) -> bool:
-    return view.engine.table_exists(view.conn, name)
+    return view.ops.table_exists(view.conn, name)
 
 
 def _json_kind(value: Any) -> str:

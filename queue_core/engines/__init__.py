@@ -2,8 +2,9 @@
 
 What differs between SQLite and PostgreSQL is an ``Engine``: how it
 connects, how a write and a read transaction begin, whether writers take
-turns, its clock, its named statements (``queue_core.statements``), how its
-errors become ``StorageError`` codes, and its schema as numbered migrations.
+turns, its clock, its operations (``queries.Operations`` on its own ``.sql``
+file of named statements), how its errors become ``StorageError`` codes, and
+its schema as numbered migrations.
 The protocol (``store.py``) and the transaction runner (``transactions.py``)
 call these and never ask which engine they run on.
 """
@@ -15,10 +16,12 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..errors import StorageError, WrongPath
-from ..statements import Statements
+
+if TYPE_CHECKING:
+    from .queries import Operations
 
 # Pyodide's CPython (sys.platform "emscripten") has the threading module but
 # starts no thread: Thread.start raises RuntimeError. Then there is one process
@@ -76,8 +79,13 @@ class Engine(Protocol):
         ...
 
     @property
-    def sql(self) -> Statements:
-        """Its named statements."""
+    def ops(self) -> Operations:
+        """The protocol's operations, on its own named statements."""
+        ...
+
+    @property
+    def has_clock(self) -> bool:
+        """Whether the database has a clock of its own (``ops.server_time``)."""
         ...
 
     def open_queue(self, connection: Callable[[], Connection], *, create: bool) -> None:
@@ -116,10 +124,6 @@ class Engine(Protocol):
         """A caller's statement, written with ``?`` placeholders, for this driver."""
         ...
 
-    def table_exists(self, conn: Connection, name: str) -> bool:
-        """Whether the queue's database has table ``name``; reading writes nothing."""
-        ...
-
     def run_script(self, conn: Connection, text: str) -> None:
         """Run every statement of an SQL script inside the open transaction."""
         ...
@@ -143,6 +147,17 @@ def engine_for(target: str | Path, *, busy_timeout_ms: int) -> Engine:
     from .sqlite import SQLiteEngine
 
     return SQLiteEngine(Path(target), busy_timeout_ms=busy_timeout_ms)
+
+
+def adopt(conn: object) -> Engine | None:
+    """The engine for a connection of the caller's own database, or None.
+
+    A plain ``sqlite3.Connection`` (receipts in a database that is not a
+    queue's) is SQLite's; the file is then only named in messages.
+    """
+    from .sqlite import adopt as sqlite_adopt
+
+    return sqlite_adopt(conn)
 
 
 def is_postgres_url(target: object) -> bool:

@@ -1,6 +1,6 @@
 """PostgreSQL: the same protocol in one database, reached over a socket.
 
-What differs from SQLite (the statements' part is in ``statements.py``):
+What differs from SQLite (the statements' part is in ``postgres_queries.sql``):
 
 * a connection is a psycopg 3 connection in autocommit, so that the store's
   own ``BEGIN``/``COMMIT`` delimit each transaction exactly as on SQLite;
@@ -26,10 +26,11 @@ from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from ..errors import StorageError, WrongPath
-from ..statements import POSTGRESQL, Statements
 from . import APPLICATION_ID, Connection, migration_blocked, migrations
+from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("postgres_migrations")
+OPERATIONS: Final = Operations(load(__package__, "postgres_queries.sql"))
 SCHEMA_VERSION: Final = max(MIGRATIONS)
 # The reference ledger's effects moved to version 4 (queue_core/app/ledger_postgres.sql):
 # before migration 4 its key leaves the old message key free, after it the
@@ -246,7 +247,8 @@ class PostgresEngine:
     """One PostgreSQL database: row locks instead of turns, the server's clock."""
 
     name: Final = "postgresql"
-    sql: Final[Statements] = POSTGRESQL
+    ops: Final = OPERATIONS
+    has_clock: Final = True  # the server's: one clock for every host
 
     def __init__(self, url: str, *, busy_timeout_ms: int) -> None:
         self.url = self.target = url
@@ -371,9 +373,6 @@ class PostgresEngine:
     def caller_sql(self, sql: str) -> str:
         return caller_sql(sql)
 
-    def table_exists(self, conn: Connection, name: str) -> bool:
-        return table_exists(conn, name)
-
     def run_script(self, conn: Connection, text: str) -> None:
         if not isinstance(conn, PostgresConnection):
             raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
@@ -408,20 +407,8 @@ def schema_version(conn: Connection) -> int:
 
 
 def table_exists(conn: Connection, name: str) -> bool:
-    """Whether table ``name`` exists in the connection's current schema.
-
-    Read from the catalog with the statement's own snapshot: ``to_regclass``
-    would consult this session's catalog cache, which can still say "no such
-    table" after another session created it while this one waited for a lock.
-    """
-    return (
-        conn.execute(
-            "SELECT 1 FROM pg_catalog.pg_tables "
-            "WHERE schemaname = current_schema() AND tablename = %s",
-            (name,),
-        ).fetchone()
-        is not None
-    )
+    """Whether table ``name`` exists in the connection's current schema (``table_exists``)."""
+    return OPERATIONS.table_exists(conn, name)
 
 
 def storage_error(exc: Exception, url: str) -> StorageError:

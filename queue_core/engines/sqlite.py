@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import StorageError, WrongPath
-from ..statements import SQLITE, Statements
 from . import APPLICATION_ID, Connection, migration_blocked, migrations, sqlite_turn
+from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("sqlite_migrations")
+OPERATIONS: Final = Operations(load(__package__, "sqlite_queries.sql"))
 SCHEMA_VERSION: Final = max(MIGRATIONS)
 MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -30,7 +31,8 @@ class SQLiteEngine:
     """One SQLite file: one writer at a time, taking fair turns (``sqlite_turn.py``)."""
 
     name: Final = "sqlite"
-    sql: Final[Statements] = SQLITE
+    ops: Final = OPERATIONS
+    has_clock: Final = False  # the store's clock, or the system's
 
     def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
         sqlite_turn.check_file_locks()
@@ -76,15 +78,19 @@ class SQLiteEngine:
     def caller_sql(self, sql: str) -> str:
         return sql  # sqlite3 takes ? itself
 
-    def table_exists(self, conn: Connection, name: str) -> bool:
-        return table_exists(conn, name)
-
     def run_script(self, conn: Connection, text: str) -> None:
         for statement in sql_statements(text):
             conn.execute(statement)
 
     def together(self, conn: Connection) -> AbstractContextManager[None]:
         return contextlib.nullcontext()  # a statement here is a function call
+
+
+def adopt(conn: object) -> SQLiteEngine | None:
+    """An engine for the caller's own ``sqlite3.Connection``, or None for anything else."""
+    if not isinstance(conn, sqlite3.Connection):
+        return None
+    return SQLiteEngine(Path("your database"), busy_timeout_ms=0)
 
 
 def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
@@ -321,12 +327,7 @@ ALTER TABLE effects_v4 RENAME TO effects;
 
 def table_exists(conn: Connection, name: str) -> bool:
     """Whether table ``name`` exists; reading it writes nothing."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-        ).fetchone()
-        is not None
-    )
+    return OPERATIONS.table_exists(conn, name)
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:

@@ -474,7 +474,7 @@ def test_the_import_check_sees_a_forbidden_import(source: str) -> None:  # negat
     assert forbidden_in(imports_of(source))
 
 
-PROTOCOL_MODULES = ("store", "completion", "reads", "transactions", "rules", "statements")
+PROTOCOL_MODULES = ("store", "completion", "reads", "transactions", "rules", "enqueues")
 
 
 @pytest.mark.parametrize("module", PROTOCOL_MODULES)
@@ -486,13 +486,12 @@ def test_the_protocol_modules_import_neither_ledger_nor_receipts(module: str) ->
 
 
 def test_the_protocols_statements_name_only_the_messages_table() -> None:
-    from queue_core import statements
+    from queue_core.engines import postgres, sqlite
 
-    for engine in (statements.SQLITE, statements.POSTGRESQL):
-        names = [f.name for f in dataclasses.fields(engine) if f.name != "dialect"]
-        texts = {name: getattr(engine, name) for name in names}
+    for engine in (sqlite.OPERATIONS, postgres.OPERATIONS):
+        texts = {name: query.sql for name, query in engine.queries.items()}
         protocol = {name: text for name, text in texts.items()
-                    if text is not None and not name.startswith("receipt_")}
+                    if not name.startswith("receipt")}
         assert len(protocol) >= 25, "the statements were not found"
         for name, text in protocol.items():
             assert "effects" not in text and "receipts" not in text, (name, text)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from queue_core.statements import SQLITE
+from queue_core.engines.sqlite import OPERATIONS as SQLITE
 
 from queue_core import (
     DEFAULT_CATEGORIES,
@@ -89,7 +89,8 @@ def test_claim_reads_through_the_partial_index(store: Store, db: Path) -> None:
     try:
         # the claim's own statement, in its queue
         plan = " ".join(row[3] for row in conn.execute(
-            "EXPLAIN QUERY PLAN " + SQLITE.claim_candidates, ("default", 5, 5, 1)))
+            "EXPLAIN QUERY PLAN " + SQLITE.sql("claim_candidates"),
+            {"queue": "default", "now": 5, "wanted": 1}))
     finally:
         conn.close()
     assert "messages_claimable" in plan
