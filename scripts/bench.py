@@ -58,7 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from queue_core import Handler, ModelClock, Store, ledger, work
-from queue_core import statements
+from queue_core.engines import postgres as postgres_engine
+from queue_core.engines import sqlite as sqlite_engine
 from queue_core.engines import sqlite as sqlite_engine
 from queue_core.envelope import MAX_LINES, parse_batch
 from queue_core.values import new_lease_token
@@ -177,14 +178,14 @@ def measure_per_transaction(folder: Path, messages: int) -> float:
 def measure_bare(folder: Path, messages: int) -> float:
     """The simple path's statements straight through sqlite3, without queue_core: what the SQL itself costs.
 
-    The same statements as ``work()``, taken from ``queue_core.statements``:
+    The same statements as ``work()``, taken from the SQLite engine's named statements:
     the claim as one ``UPDATE ... RETURNING`` that commits by itself, then
     ``BEGIN IMMEDIATE``, the effect's INSERT, the fenced ACK, ``COMMIT``; on
     the same kind of file.
     """
     path = fresh_queue(folder, "bare", messages)
     conn = sqlite_engine.connect(path, busy_timeout_ms=5000)
-    claim, ack = statements.SQLITE.claim_messages, statements.SQLITE.ack
+    claim, ack = sqlite_engine.OPERATIONS.sql("claim_messages"), sqlite_engine.OPERATIONS.sql("ack")
     try:
         with timed() as seconds:
             while True:
@@ -372,7 +373,7 @@ class PostgresDatabases:
 
         url = self.new_database()
         fill_queue(url, messages)
-        claim, ack = statements.POSTGRESQL.claim_messages, statements.POSTGRESQL.ack
+        claim, ack = postgres_engine.OPERATIONS.sql("claim_messages"), postgres_engine.OPERATIONS.sql("ack")
         wanted = {"now": None, "until": None, "lease_seconds": 600, "wanted": 1,
                   "max_attempts": 3, "lease_expired": "lease_expired", "queue": "default"}
         with psycopg.connect(self.cluster.conninfo(url.split("/")[3].split("?")[0]), autocommit=True) as conn:
