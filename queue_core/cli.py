@@ -23,7 +23,7 @@ from .app.lab import (
     run_lab,
     to_json as lab_json,
 )
-from .app.ledger import Handler, Report
+from .app.ledger import Handler
 from .cli_output import (
     PROG,
     Progress,
@@ -157,8 +157,6 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         batch = parse_batch(data) if queue == DEFAULT_QUEUE else None
         # only the default queue is created with the database
         with open_store(create=queue == DEFAULT_QUEUE) as store:
-            # the CLI runs the reference application: its table lives beside the queue
-            ledger.install(store)
             if batch is None:
                 batch = parse_batch(data, store.settings)
             print_json(store.enqueue(batch, delay=args.delay).to_dict(), out)
@@ -250,21 +248,30 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     elif args.command == "prune":
         print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
-        # The counts, the money and the metrics from one snapshot: they agree.
-        snapshot, metrics = store.read(
+        # The counts, the money and the metrics from one snapshot: they agree. The
+        # money is the reference application's: shown only where it is installed
+        # (``queue-core work`` with the ledger's handler); elsewhere the queue's alone.
+        counts, totals, metrics = store.read(
             lambda view: (
-                Report(store.status_tx(view), ledger.totals_tx(view, store.queue)),
+                store.status_tx(view),
+                (
+                    ledger.totals_tx(view, store.queue)
+                    if ledger.installed_tx(view)
+                    else None
+                ),
                 store.metrics_tx(view),
             )
         )
         if args.json:
-            data = snapshot.to_dict()
+            data: dict[str, object] = {"messages": counts.to_dict()["messages"]}
+            if totals is not None:
+                data["effects"] = totals.to_dict()
             data["metrics"] = {
                 k: v for k, v in metrics.to_dict().items() if k != "messages"
             }
             print_json(data, out)
         else:
-            out.write(status_table(snapshot, metrics))
+            out.write(status_table(counts, metrics, totals))
     elif args.command == "dead":
         letters = store.dead_letters()
         if args.json:

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .app.ledger import Report
+from .app.ledger import Totals
 from .queues import QueueSettings
 from .values import STATES, Message, Metrics, StateCounts
 from .worker import WorkSummary
@@ -96,10 +96,14 @@ def print_json(value: Any, out: TextIO) -> None:
     out.write(json.dumps(value, ensure_ascii=False) + "\n")
 
 
-def status_table(snapshot: Report, metrics: Metrics) -> str:
-    data = snapshot.to_dict()
+def status_table(counts: StateCounts, metrics: Metrics, totals: Totals | None) -> str:
+    """``queue-core status``: the counts and metrics, then the ledger's money if any.
+
+    ``totals`` is ``None`` where the reference application is not installed:
+    the queue's figures alone, with no money lines.
+    """
     lines = ["state    messages"]
-    lines += [f"{state:<8} {data['messages'][state]:>8}" for state in STATES]
+    lines += [f"{state:<8} {counts.count(state):>8}" for state in STATES]
     lines.append("")
     age = metrics.oldest_ready_age
     lines.append(f"oldest ready: {'none' if age is None else f'{age} s'}")
@@ -120,14 +124,14 @@ def status_table(snapshot: Report, metrics: Metrics) -> str:
         f"expired leases taken over: {metrics.expired_leases}, "
         f"pruned payloads: {metrics.pruned}"
     )
-    effects = data["effects"]
-    lines.append("")
-    lines.append(f"effects: {effects['count']}, total_cents: {effects['total_cents']}")
-    if effects["by_category"]:
-        lines.append("category  total_cents")
-        lines += [
-            f"{name:<9} {cents:>11}" for name, cents in effects["by_category"].items()
-        ]
+    if totals is not None:
+        lines.append("")
+        lines.append(f"effects: {totals.count}, total_cents: {totals.total_cents}")
+        if totals.by_category:
+            lines.append("category  total_cents")
+            lines += [
+                f"{name:<9} {cents:>11}" for name, cents in totals.by_category.items()
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -315,7 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(the summary stays on stdout)",
     )
 
-    status = command("status", "counts by state and the money")
+    status = command(
+        "status", "counts by state and the metrics (the ledger's money once work ran it)"
+    )
     status.add_argument("--json", action="store_true", help="print JSON")
 
     command(

@@ -154,7 +154,7 @@ def install(store: Store) -> None:
     A file that has it is only read (a snapshot never waits for the write
     lock), so ``queue-core work`` can start while another process holds it.
     """
-    if store.read(_installed):
+    if store.read(installed_tx):
         return
 
     def create(tx: Tx) -> None:
@@ -184,7 +184,7 @@ def totals(store: Store) -> Totals:
 
 def totals_tx(view: Tx, queue: str | None = None) -> Totals:
     """``totals`` inside the caller's transaction or snapshot (of one queue if named)."""
-    if not _installed(view):
+    if not installed_tx(view):
         return Totals(0, 0, {})
     # the queue is bound, never written into the statement's text
     where, params = ("", ()) if queue is None else (" WHERE queue = ?", (queue,))
@@ -217,7 +217,7 @@ def effects(store: Store) -> list[tuple[str, str, int]]:
 
 def effects_tx(view: Tx) -> list[tuple[str, str, int]]:
     """``effects`` inside the caller's transaction or snapshot."""
-    if not _installed(view):
+    if not installed_tx(view):
         return []
     return [
         (str(event_id), str(category), int(cents))
@@ -237,7 +237,13 @@ def has_effect(tx: Tx, event_id: str) -> bool:
     )
 
 
-def _installed(view: Tx) -> bool:
+def installed(store: Store) -> bool:
+    """Whether the ledger's table is in the queue's database (``install`` made it)."""
+    return store.read(installed_tx)
+
+
+def installed_tx(view: Tx) -> bool:
+    """``installed`` inside the caller's transaction or snapshot."""
     return _table_exists(view, "effects")
 
 
