@@ -554,7 +554,7 @@ def test_a_transaction_that_opens_with_a_script_or_executemany_still_rolls_back_
             with store.transaction() as tx:
                 ledger.install_tx(tx)  # its first statement: the ledger's script
                 raise RuntimeError("undo")
-        assert not store.read(lambda view: view.engine.table_exists(view.conn, "effects"))
+        assert not store.read(lambda view: view.ops.table_exists(view.conn, "effects"))
         with pytest.raises(RuntimeError, match="undo"):
             with store.transaction() as tx:
                 tx.conn.executemany(

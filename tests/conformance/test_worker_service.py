@@ -220,7 +220,7 @@ def test_a_second_ctrl_c_rolls_back_and_gives_the_lease_back(store: Store, folde
     stored = store.message("E0001")
     # ready at once, the claim not counted as an attempt; the handler's writes rolled back
     assert (stored.state, stored.attempts, stored.generation, stored.lease_until) == ("ready", 0, 1, None)
-    assert store.read(lambda tx: tx.engine.table_exists(tx.conn, "seen")) is False
+    assert store.read(lambda tx: tx.ops.table_exists(tx.conn, "seen")) is False
 
 
 @pytest.mark.timeout(180)
