@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
 
 
@@ -100,3 +102,68 @@ def test_the_per_transaction_store_really_closes_its_connection_after_each_trans
     with bench.Store(path, clock=bench.ModelClock(bench.NOW), create=False) as kept:
         kept.claim(60)
         assert wal.exists()  # the policy of today: the connection and its WAL stay until close()
+
+
+PEERS = BENCH.with_name("bench_peers.py")
+BENCH_PYTHON = BENCH.parent.parent / ".venv-bench" / "bin" / "python"
+
+
+def test_a_lost_or_doubled_peer_job_is_refused() -> None:
+    # The peers' count is real: one effect missing, or one written twice, fails the run loudly.
+    import sqlite3
+
+    peers = load_bench().bench_peers
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE effects (event_id TEXT, category TEXT, amount_cents INTEGER)")
+    conn.executemany("INSERT INTO effects VALUES (?, ?, ?)",
+                     [(f"E{n:04d}", peers.CATEGORY, peers.AMOUNT) for n in range(3)])
+    peers._check_effects(conn, 3, "peer")  # every job once: accepted
+    for wrong in (2, 4):
+        try:
+            peers._check_effects(conn, wrong, "peer")
+        except SystemExit as exc:
+            assert "lost or doubled" in str(exc)
+        else:
+            raise AssertionError(f"3 effects passed for {wrong} jobs")
+    conn.execute("INSERT INTO effects VALUES ('E0000', 'book', 7)")  # a doubled effect
+    try:
+        peers._check_effects(conn, 4, "peer")
+    except SystemExit as exc:
+        assert "lost or doubled" in str(exc)
+    else:
+        raise AssertionError("a doubled effect passed")
+
+
+def test_the_peer_targets_compare_one_worker_and_the_batched_path_within_one_run() -> None:
+    bench = load_bench()
+    median = {"postgresql workers_1": 600.0, f"postgresql batch_{bench.PG_BATCH}": 3000.0,
+              **{f"postgresql {name}": 400.0 for name in bench.bench_peers.RUNS}}
+    median[f"postgresql {bench.bench_peers.BATCHED[1]}"] = 2000.0
+    targets = bench.peer_targets(median)
+    assert {name: round(value, 2) for name, (value, _) in targets.items()} == {
+        **{f"postgresql workers_1 / {name}": 1.5 for name in bench.bench_peers.ONE_AT_A_TIME},
+        f"postgresql batch_{bench.PG_BATCH} / {bench.bench_peers.BATCHED[1]} (the fastest peer batched)": 1.5}
+    assert bench.peer_targets({"postgresql workers_1": 600.0}) == {}  # no peers measured: no peer target
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+def test_the_postgres_peers_complete_every_job_once() -> None:
+    # procrastinate and pgqueuer are installed by `make bench` only (.venv-bench), so
+    # their runners run there: 20 jobs each, every one counted done once in its database.
+    have_peers = all(importlib.util.find_spec(name) for name in ("procrastinate", "pgqueuer", "asyncpg"))
+    python = sys.executable if have_peers else str(BENCH_PYTHON)
+    if not Path(python).exists():
+        pytest.skip("procrastinate and pgqueuer are installed by `make bench` only (.venv-bench)")
+    proc = subprocess.run([python, str(PEERS), "--jobs", "20"], capture_output=True, text=True, timeout=280)
+    if proc.returncode and "cannot run the PostgreSQL peers here" in proc.stderr:
+        if os.environ.get("QUEUE_CORE_REQUIRE_POSTGRES") == "1":
+            raise AssertionError(proc.stderr)
+        pytest.skip(proc.stderr.strip())
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["versions"] == {"procrastinate": "3.10.0", "pgqueuer": "1.6.0"}
+    assert set(result["jobs_per_second"]) == {"procrastinate one at a time", "procrastinate concurrency 16",
+                                               "pgqueuer one at a time", "pgqueuer batch 256"}
+    assert all(rate > 0 for rate in result["jobs_per_second"].values())
