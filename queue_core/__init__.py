@@ -63,7 +63,7 @@ from .values import (
     Pruned,
     StateCounts,
 )
-from .worker import LongHandler, WorkInterrupted, WorkSummary, work
+from .worker import LongHandler, WorkerConfig, WorkInterrupted, WorkSummary, work
 
 if TYPE_CHECKING:  # what mypy and your editor see; at run time __getattr__ below
     from . import prometheus
@@ -122,6 +122,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "backoff_seconds",
     "work",
+    "WorkerConfig",
     "WorkSummary",
     "WorkInterrupted",
     "LongHandler",

@@ -25,8 +25,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Generic, TypeVar
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from .errors import LeaseLost, StorageError
 from .rules import (
@@ -34,6 +34,7 @@ from .rules import (
     MAX_BATCH,
     MessageHandler,
     check_handler,
+    check_lease_seconds,
     refusal,
 )
 from .store import Store
@@ -50,12 +51,6 @@ TURN_SLICE_SECONDS = 0.05
 PASSING_ERRORS = frozenset({"connection_lost", "cannot_connect", "database_busy"})
 MAX_PAUSE_SECONDS = 30.0
 MAX_POLL_SECONDS = 3600  # a --forever worker looks for new messages at least hourly
-_COUNTER = {
-    Outcome.DONE: "done",
-    Outcome.RETRY: "retried",
-    Outcome.DEAD: "dead",
-    Outcome.LEASE_LOST: "lease_lost",
-}
 
 
 @dataclass(frozen=True)
@@ -111,19 +106,158 @@ class LongHandler(Generic[R]):
                 )
 
 
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker runs: each field checked once, when the configuration is made.
+
+    ``work(store, handler, config=WorkerConfig(batch=8))`` and
+    ``work(store, handler, batch=8)`` are the same run; a bad field raises
+    ``TypeError`` or ``ValueError`` naming it, before anything is claimed.
+    What depends on the store or the handler (the queue's own lease when
+    ``lease_seconds`` is ``None``, a heartbeat only for a ``LongHandler``) is
+    checked by ``work``.
+
+    :param lease_seconds: each lease's length, 1 s to a year (``None``: the
+        queue's own, 30 s for the default queue); longer than the handler takes
+        (k handlers with ``batch=k``).
+    :param max_messages: stop after claiming this many (``None``: until none is
+        available now).
+    :param batch: messages per claim transaction and per completion transaction
+        (1..``MAX_BATCH``).
+    :param heartbeat_every: a ``LongHandler``'s heartbeat interval in seconds,
+        above 0 and below ``lease_seconds`` (``None``: a quarter of the lease:
+        after two beats in a row fail fast, the third, three quarters into the
+        lease, still extends it in time).
+    :param forever: when nothing is available, sleep ``poll_seconds`` and look
+        again, until told to stop (or ``max_messages`` were claimed).
+    :param poll_seconds: how long a ``forever`` worker sleeps when nothing is
+        available (default 1 s, at most an hour): a new message waits at most
+        about this long.
+    """
+
+    lease_seconds: int | None = None
+    max_messages: int | None = None
+    batch: int = 1
+    heartbeat_every: float | None = None
+    forever: bool = False
+    poll_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.lease_seconds is not None:
+            check_lease_seconds(self.lease_seconds)
+        if self.max_messages is not None:
+            if isinstance(self.max_messages, bool) or not isinstance(
+                self.max_messages, int
+            ):
+                raise TypeError(
+                    "max_messages must be an integer or None, "
+                    f"got {type(self.max_messages).__name__}"
+                )
+            if self.max_messages < 0:
+                raise ValueError(
+                    f"max_messages must not be negative, got {self.max_messages}"
+                )
+        if (
+            isinstance(self.batch, bool)
+            or not isinstance(self.batch, int)
+            or not 1 <= self.batch <= MAX_BATCH
+        ):
+            raise ValueError(
+                f"batch must be an integer 1..{MAX_BATCH}, got {self.batch!r}"
+            )
+        every = self.heartbeat_every
+        if every is not None and (
+            not _seconds(every)
+            or not 0 < every
+            or (self.lease_seconds is not None and not every < self.lease_seconds)
+        ):
+            below = "" if self.lease_seconds is None else f" ({self.lease_seconds})"
+            raise ValueError(
+                "heartbeat_every must be a number of seconds above 0 and below "
+                f"lease_seconds{below}, got {every!r}"
+            )
+        if not isinstance(self.forever, bool):
+            raise TypeError(
+                f"forever must be True or False, got {type(self.forever).__name__}"
+            )
+        if not _seconds(self.poll_seconds) or not (
+            0 < self.poll_seconds <= MAX_POLL_SECONDS
+        ):
+            raise ValueError(
+                f"poll_seconds must be a number of seconds above 0, at most "
+                f"{MAX_POLL_SECONDS}, got {self.poll_seconds!r}"
+            )
+
+
+class WorkOptions(TypedDict, total=False):
+    """``WorkerConfig``'s fields, as keyword arguments of ``work``."""
+
+    lease_seconds: int | None
+    max_messages: int | None
+    batch: int
+    heartbeat_every: float | None
+    forever: bool
+    poll_seconds: float
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a number of seconds (an int or a float, not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+@dataclass
+class _Run:
+    """What one run of ``work`` did so far, and the leases it holds now."""
+
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    lease_lost: int = 0
+    # the leases claimed and not yet finished
+    hand: list[Lease] = field(default_factory=list)
+
+    def count(self, outcome: Outcome) -> None:
+        """One more message claimed and ended with ``outcome``."""
+        self.claimed += 1
+        if outcome is Outcome.DONE:
+            self.done += 1
+        elif outcome is Outcome.RETRY:
+            self.retried += 1
+        elif outcome is Outcome.DEAD:
+            self.dead += 1
+        elif outcome is Outcome.LEASE_LOST:
+            self.lease_lost += 1
+        else:  # a worker never releases: it completes or fails what it claimed
+            raise ValueError(f"a worker's message cannot end {outcome.value!r}")
+
+    def summary(self) -> WorkSummary:
+        return WorkSummary(
+            self.claimed, self.done, self.retried, self.dead, self.lease_lost
+        )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A run's configuration settled against its store and handler, and its hooks."""
+
+    config: WorkerConfig
+    lease_seconds: int  # the config's, or the queue's own
+    every: float  # a LongHandler's heartbeat interval (0: a plain handler)
+    stop: threading.Event
+    progress: Callable[[WorkSummary], None] | None
+    on_error: Callable[[StorageError, float], None] | None
+
+
 def work(
     store: Store,
     handler: MessageHandler | LongHandler[Any],
+    config: WorkerConfig | None = None,
     *,
-    lease_seconds: int | None = None,
-    max_messages: int | None = None,
-    batch: int = 1,
     progress: Callable[[WorkSummary], None] | None = None,
-    heartbeat_every: float | None = None,
-    forever: bool = False,
-    poll_seconds: float = 1.0,
     stop: threading.Event | None = None,
     on_error: Callable[[StorageError, float], None] | None = None,
+    **options: Unpack[WorkOptions],
 ) -> WorkSummary:
     """Process messages until none is available now (or ``max_messages`` were claimed).
 
@@ -144,21 +278,11 @@ def work(
         thread opens one).
     :param handler: ``handler(tx, message)``, as for ``Store.complete``; or a
         ``LongHandler``.
-    :param lease_seconds: each lease's length; longer than the handler takes (k
-        handlers with ``batch=k``).
-    :param max_messages: stop after claiming this many (``None``: until none is
-        available now).
-    :param batch: messages per claim transaction and per completion transaction
-        (1..``MAX_BATCH``).
+    :param config: how to run (``WorkerConfig``); or give its fields as keyword
+        arguments (``lease_seconds``, ``max_messages``, ``batch``,
+        ``heartbeat_every``, ``forever``, ``poll_seconds``), not both.
     :param progress: called with the counts so far after each turn (about every
         50 ms while busy).
-    :param heartbeat_every: a ``LongHandler``'s heartbeat interval in seconds, below
-        ``lease_seconds`` (default: a quarter of it: after two beats in a row fail fast,
-        the third, three quarters into the lease, still extends it in time).
-    :param forever: when nothing is available, sleep ``poll_seconds`` and look
-        again, until ``stop`` is set (or ``max_messages`` were claimed).
-    :param poll_seconds: how long a ``forever`` worker sleeps when nothing is
-        available (default 1 s): a new message waits at most about this long.
     :param stop: when set, the worker takes no new message; the one in hand is
         finished first. Set it from a signal handler or another thread.
     :param on_error: a ``forever`` worker does not stop when the database is
@@ -166,72 +290,78 @@ def work(
         ``database_busy``): it calls ``on_error(error, pause)``, waits ``pause``
         seconds (``poll_seconds``, doubling up to 30) and tries again. A lease
         in hand then is not given back: it runs out. Any other error stops it.
+    :param options: ``WorkerConfig``'s fields, when ``config`` is not given.
     :returns: counts of claimed, done, retried, dead and lease-lost messages.
     :raises WorkInterrupted: ``KeyboardInterrupt`` came in the middle of a
         message: its transaction was rolled back and its lease given back.
     """
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
-    every = 0.0  # a LongHandler's heartbeat interval
+    plan = _settle(store, handler, _config(config, options), progress, stop, on_error)
+    run = _Run()
+    try:
+        _loop(store, handler, plan, run)
+    except KeyboardInterrupt:
+        released = _give_back(store, run.hand)
+        raise WorkInterrupted(run.summary(), released) from None
+    return run.summary()
+
+
+def _config(config: WorkerConfig | None, options: WorkOptions) -> WorkerConfig:
+    """``config``, or the one its fields given as keywords make."""
+    known = {f.name for f in fields(WorkerConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"work() got an unexpected keyword argument {unknown[0]!r}")
+    if config is None:
+        return WorkerConfig(**options)
+    if not isinstance(config, WorkerConfig):
+        raise TypeError(f"config must be a WorkerConfig, got {type(config).__name__}")
+    if options:
+        raise TypeError(
+            "give work() a config or its fields as keywords, not both: "
+            f"got config and {', '.join(sorted(options))}"
+        )
+    return config
+
+
+def _settle(
+    store: Store,
+    handler: MessageHandler | LongHandler[Any],
+    config: WorkerConfig,
+    progress: Callable[[WorkSummary], None] | None,
+    stop: threading.Event | None,
+    on_error: Callable[[StorageError, float], None] | None,
+) -> _Plan:
+    """``config`` checked against the store and the handler, before any claim."""
     # None: the queue's own lease (30 s for the default queue)
-    lease_seconds = store.lease_seconds_for(lease_seconds)
+    lease_seconds = store.lease_seconds_for(config.lease_seconds)
+    every = 0.0  # a LongHandler's heartbeat interval
     if isinstance(handler, LongHandler):
-        if batch != 1:
+        if config.batch != 1:
             raise ValueError(
                 "a LongHandler takes one message at a time: "
-                f"batch must be 1, got {batch!r}"
+                f"batch must be 1, got {config.batch!r}"
             )
-        every = lease_seconds / 4 if heartbeat_every is None else heartbeat_every
-        if (
-            isinstance(every, bool)
-            or not isinstance(every, (int, float))
-            or not 0 < every < lease_seconds
-        ):
+        every = (
+            lease_seconds / 4
+            if config.heartbeat_every is None
+            else config.heartbeat_every
+        )
+        if not every < lease_seconds:
             raise ValueError(
                 f"heartbeat_every must be a number of seconds above 0 and below "
-                f"lease_seconds ({lease_seconds}), got {heartbeat_every!r}"
+                f"lease_seconds ({lease_seconds}), got {config.heartbeat_every!r}"
             )
-    elif heartbeat_every is not None:
+    elif config.heartbeat_every is not None:
         raise ValueError(
             "heartbeat_every needs a LongHandler: a plain handler runs inside the "
             "completion's transaction, where no extension can commit"
         )
     else:
         check_handler(handler)
-    if max_messages is not None and (
-        isinstance(max_messages, bool) or not isinstance(max_messages, int)
-    ):
-        raise TypeError(
-            "max_messages must be an integer or None, "
-            f"got {type(max_messages).__name__}"
-        )
-    if max_messages is not None and max_messages < 0:
-        raise ValueError("max_messages must not be negative")
-    if (
-        isinstance(batch, bool)
-        or not isinstance(batch, int)
-        or not 1 <= batch <= MAX_BATCH
-    ):
-        raise ValueError(f"batch must be an integer 1..{MAX_BATCH}, got {batch!r}")
-    if (
-        isinstance(poll_seconds, bool)
-        or not isinstance(poll_seconds, (int, float))
-        or not 0 < poll_seconds <= MAX_POLL_SECONDS
-    ):
-        raise ValueError(
-            f"poll_seconds must be a number of seconds above 0, at most "
-            f"{MAX_POLL_SECONDS}, got {poll_seconds!r}"
-        )
     stop = threading.Event() if stop is None else stop
-    counts = {"claimed": 0, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0}
-    hand: list[Lease] = []  # the leases claimed and not yet finished
-    try:
-        _loop(store, handler, lease_seconds, max_messages, batch, progress, every,
-              forever, poll_seconds, stop, counts, hand, on_error)
-    except KeyboardInterrupt:
-        released = _give_back(store, hand)
-        raise WorkInterrupted(WorkSummary(**counts), released) from None
-    return WorkSummary(**counts)
+    return _Plan(config, lease_seconds, every, stop, progress, on_error)
 
 
 def _give_back(store: Store, hand: list[Lease]) -> tuple[str, ...]:
@@ -249,77 +379,68 @@ def _give_back(store: Store, hand: list[Lease]) -> tuple[str, ...]:
 def _loop(
     store: Store,
     handler: MessageHandler | LongHandler[Any],
-    lease_seconds: int,
-    max_messages: int | None,
-    batch: int,
-    progress: Callable[[WorkSummary], None] | None,
-    every: float,
-    forever: bool,
-    poll_seconds: float,
-    stop: threading.Event,
-    counts: dict[str, int],
-    hand: list[Lease],
-    on_error: Callable[[StorageError, float], None] | None,
+    plan: _Plan,
+    run: _Run,
 ) -> None:
-    def wanted() -> int:
-        left = None if max_messages is None else max_messages - counts["claimed"]
-        return batch if left is None else min(batch, left)
+    config, stop = plan.config, plan.stop
 
-    pause = poll_seconds
+    def wanted() -> int:
+        if config.max_messages is None:
+            return config.batch
+        return min(config.batch, config.max_messages - run.claimed)
+
+    pause = config.poll_seconds
     while not stop.is_set() and wanted() > 0:
         try:
-            worked = _turn(store, handler, lease_seconds, wanted, every, stop, counts, hand)
+            worked = _turn(store, handler, plan, wanted, run)
         except StorageError as error:
-            if not forever or error.code not in PASSING_ERRORS:
+            if not config.forever or error.code not in PASSING_ERRORS:
                 raise
-            hand.clear()  # out of reach: those leases run out by themselves
-            if on_error is not None:
-                on_error(error, pause)
+            run.hand.clear()  # out of reach: those leases run out by themselves
+            if plan.on_error is not None:
+                plan.on_error(error, pause)
             stop.wait(pause)
             pause = min(pause * 2, MAX_PAUSE_SECONDS)
             continue
-        pause = poll_seconds
+        pause = config.poll_seconds
         # A plain handler's turn may have done messages before it found none; a
         # LongHandler's turn is one message or none.
-        if progress is not None and (worked or not isinstance(handler, LongHandler)):
+        if plan.progress is not None and (
+            worked or not isinstance(handler, LongHandler)
+        ):
             # outside the turn: a slow display never holds the writers
-            progress(WorkSummary(**counts))
+            plan.progress(run.summary())
         if worked:
             continue
-        if not forever:
+        if not config.forever:
             return
-        stop.wait(poll_seconds)  # nothing available now: look again later
+        stop.wait(config.poll_seconds)  # nothing available now: look again later
 
 
 def _turn(
     store: Store,
     handler: MessageHandler | LongHandler[Any],
-    lease_seconds: int,
+    plan: _Plan,
     wanted: Callable[[], int],
-    every: float,
-    stop: threading.Event,
-    counts: dict[str, int],
-    hand: list[Lease],
+    run: _Run,
 ) -> bool:
     """Work for one turn; False when nothing was available."""
     if isinstance(handler, LongHandler):
-        outcome = _long_step(store, handler, lease_seconds, every, hand)
+        outcome = _long_step(store, handler, plan.lease_seconds, plan.every, run.hand)
         if outcome is None:
             return False
-        counts["claimed"] += 1
-        counts[_COUNTER[outcome]] += 1
+        run.count(outcome)
         return True
     # One turn for a slice of messages, then let a waiting worker in: fair
     # between processes, without trading places at every transaction.
     with store.writer_turn():
         slice_ends = time.monotonic() + TURN_SLICE_SECONDS
-        while not stop.is_set() and wanted() > 0:
-            outcomes = _step(store, handler, lease_seconds, wanted(), hand)
+        while not plan.stop.is_set() and wanted() > 0:
+            outcomes = _step(store, handler, plan.lease_seconds, wanted(), run.hand)
             if not outcomes:
                 return False
-            counts["claimed"] += len(outcomes)  # one outcome per lease
-            for outcome in outcomes:
-                counts[_COUNTER[outcome]] += 1
+            for outcome in outcomes:  # one outcome per lease
+                run.count(outcome)
             if time.monotonic() >= slice_ends:
                 break
     return True
