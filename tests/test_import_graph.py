@@ -57,7 +57,7 @@ def test_the_graph_is_read_from_every_module_of_the_package() -> None:
     assert {"queue_core", "queue_core.engines", "queue_core.app", "queue_core.testing", "queue_core.store",
             "queue_core.engines.sqlite", "queue_core.engines.postgres", "queue_core.app.ledger",
             "queue_core.app.demo", "queue_core.receipts", "queue_core.worker", "queue_core.cli",
-            "queue_core.testing.child"} <= set(GRAPH)
+            "queue_core.testing.faults"} <= set(GRAPH)
     assert "queue_core.store" in GRAPH["queue_core.app.ledger"] and "queue_core.store" in GRAPH["queue_core.receipts"]
     assert "queue_core.engines" in GRAPH["queue_core.store"]  # an __init__.py is an import like any other
 
