@@ -134,6 +134,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_p
     # the disk with SQLite's fsyncs.
     postgres_server: PostgresDatabases | None = None
     round_trips: tuple[float, dict[str, float]] = (0.0, {})
+    peer_statements: dict[str, float] = {}
     postgres_jobs: list[tuple[str, Callable[[Path], None]]] = []
     postgres_skipped = PostgresDatabases.unavailable() if postgres else "not asked for"
     if postgres_skipped is None:
@@ -166,7 +167,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_p
         for peer_name, runner in bench_peers.RUNS.items():
             def pg_peer(f: Path, peer_name: str = peer_name, runner: bench_peers.Runner = runner) -> None:
                 assert postgres_server is not None
-                rate(f"postgresql {peer_name}", runner(postgres_server.new_database(), messages))
+                rate(f"postgresql {peer_name}", runner(postgres_server.new_database(), messages, lambda: None))
             postgres_jobs.append((f"postgresql {peer_name}", pg_peer))
     with_peers = peers and peers_available()
     if with_peers:
@@ -189,6 +190,10 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_p
             try:
                 rounds_of("pg", postgres_jobs)
                 round_trips = postgres_server.round_trips(min(messages, 1000))
+                if any(f"postgresql {name}" in samples for name in bench_peers.RUNS):
+                    # a run of their own, with every statement logged (which slows it): not timed
+                    peer_statements = {name: postgres_server.statements_per_job(runner, min(messages, 500))
+                                       for name, runner in bench_peers.RUNS.items()}
             finally:
                 postgres_server.stop()
         claim_seconds = {str(rows): measure_claim_history(Path(tmp), rows) for rows in history}
@@ -258,7 +263,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_p
                         "round_trips_by_statement": {kind: round(n, 3) for kind, n in round_trips[1].items()}}
                        if postgres_server is not None
                        else {"skipped": postgres_skipped}),
-        "postgresql_peers": (bench_peers.describe(median) if any(f"postgresql {n}" in median for n in bench_peers.RUNS)
+        "postgresql_peers": (bench_peers.describe(median, peer_statements) if any(f"postgresql {n}" in median for n in bench_peers.RUNS)
                              else {"skipped": postgres_skipped or peers_skipped}),
     }
 

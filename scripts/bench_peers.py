@@ -39,7 +39,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from importlib import metadata
 from typing import Any
@@ -118,40 +118,78 @@ def _check_durability(conn: Any, peer: str) -> None:
         raise SystemExit(f"{peer}: unlogged tables {unlogged}: not the same durability")
 
 
+class Effects:
+    """The connections a peer's handlers write their effects through, each in autocommit.
+
+    A free list rather than a driver's pool: a pool adds statements of its own
+    per use (psycopg_pool a BEGIN and COMMIT around a transaction, asyncpg's a
+    reset query on release), which would be the bench's cost, not the peer's.
+    One connection for one job at a time; ``EFFECT_POOL`` for the batched runs.
+    """
+
+    def __init__(self, connections: list[Any]) -> None:
+        self.connections = connections
+        self._free: asyncio.Queue[Any] = asyncio.Queue()
+        for connection in connections:
+            self._free.put_nowait(connection)
+
+    async def write(self, execute: Callable[[Any], Awaitable[Any]]) -> None:
+        """Run ``execute(connection)`` on a free connection: one statement, its own commit."""
+        connection = await self._free.get()
+        try:
+            await execute(connection)
+        finally:
+            self._free.put_nowait(connection)
+
+
 # ------------------------------------------------------------- procrastinate
 
-def run_procrastinate(url: str, messages: int, concurrency: int) -> float:
+def _nothing() -> None:
+    pass
+
+
+def run_procrastinate(url: str, messages: int, concurrency: int, mark: Callable[[], None] = _nothing) -> float:
     """Jobs per second of one procrastinate worker (``concurrency`` jobs in flight) draining ``messages``."""
     import psycopg
     import procrastinate
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(EFFECTS_TABLE)
+    # procrastinate's own connector as its documentation sets it up (its pool,
+    # each statement in a transaction of its own), large enough for every job in flight
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(
         conninfo=url, min_size=1, max_size=concurrency + 2))  # + the worker's own fetch and finish
+    effects: list[Effects] = []
 
-    @app.task(name="effect", queue="bench", pass_context=True)
-    async def effect(context: procrastinate.JobContext, event_id: str, category: str,
-                     amount_cents: int) -> None:
-        # One INSERT through procrastinate's own pool, in autocommit: it commits
-        # before procrastinate records the job done (a second commit).
-        await context.app.connector.execute_query_async(
-            "INSERT INTO effects (event_id, category, amount_cents) "
-            "VALUES (%(event_id)s, %(category)s, %(amount_cents)s)",
-            event_id=event_id, category=category, amount_cents=amount_cents)
+    @app.task(name="effect", queue="bench")
+    async def effect(event_id: str, category: str, amount_cents: int) -> None:
+        # One INSERT in autocommit: it commits before procrastinate records the job done.
+        await effects[0].write(lambda conn: conn.execute(EFFECT, (event_id, category, amount_cents)))
 
     async def main() -> float:
+        size = 1 if concurrency == 1 else EFFECT_POOL
+        effects.append(Effects([await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(size)]))
+        try:
+            return await timed_run()
+        finally:
+            for connection in effects[0].connections:
+                await connection.close()
+
+    async def timed_run() -> float:
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
             for first in range(0, messages, ENQUEUE_CHUNK):
                 await effect.batch_defer_async(*(job_payload(n) for n in range(first, min(first + ENQUEUE_CHUNK,
                                                                                            messages))))
             await app.connector.execute_query_async("ANALYZE")  # statistics: see the docstring
+            mark()  # the clock starts: the bench may count the statements between the two marks
             started = time.perf_counter()
             # wait=False: the worker stops once it finds the queue empty and its jobs are done
             await app.run_worker_async(queues=["bench"], concurrency=concurrency, wait=False,
                                        install_signal_handlers=False)
-            return time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            mark()  # and stops: the checks below are not the run's
+            return seconds
 
     seconds = asyncio.run(main())
     with psycopg.connect(url, autocommit=True) as conn:
@@ -165,7 +203,7 @@ def run_procrastinate(url: str, messages: int, concurrency: int) -> float:
 
 # ------------------------------------------------------------------ pgqueuer
 
-def run_pgqueuer(url: str, messages: int, batch: int) -> float:
+def run_pgqueuer(url: str, messages: int, batch: int, mark: Callable[[], None] = _nothing) -> float:
     """Jobs per second of one pgqueuer QueueManager draining ``messages``, ``batch`` jobs per dequeue.
 
     ``batch == 1`` is one job at a time: the entrypoint's ``concurrency_limit=1``
@@ -196,7 +234,7 @@ def run_pgqueuer(url: str, messages: int, batch: int) -> float:
         finally:
             await setup.close()
         size = 1 if batch == 1 else EFFECT_POOL
-        pool = await asyncpg.create_pool(url, min_size=size, max_size=size)
+        effects = Effects([await asyncpg.connect(url) for _ in range(size)])
         conn = await asyncpg.connect(url)
         try:
             manager = QueueManager(Queries(AsyncpgDriver(conn)))
@@ -205,18 +243,23 @@ def run_pgqueuer(url: str, messages: int, batch: int) -> float:
             async def effect(job: Job) -> None:
                 args = json.loads(job.payload or b"{}")
                 # outside a transaction block: the effect commits by itself, before pgqueuer logs the job
-                await pool.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ($1, $2, $3)",
-                                   args["event_id"], args["category"], args["amount_cents"])
+                await effects.write(lambda c: c.execute(
+                    "INSERT INTO effects (event_id, category, amount_cents) VALUES ($1, $2, $3)",
+                    args["event_id"], args["category"], args["amount_cents"]))
 
+            mark()  # the clock starts: the bench may count the statements between the two marks
             started = time.perf_counter()
             # drain: stop once the queue is empty and the jobs in flight are done (their
             # completions flushed); no log aggregation during the run, so the log can be counted.
             await manager.run(batch_size=batch, mode=QueueExecutionMode.drain,
                               dequeue_timeout=timedelta(seconds=1), log_aggregation_interval=timedelta(0))
-            return time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            mark()  # and stops: the checks below are not the run's
+            return seconds
         finally:
             await conn.close()
-            await pool.close()
+            for connection in effects.connections:
+                await connection.close()
 
     seconds = asyncio.run(main())
     with psycopg.connect(url, autocommit=True) as conn:
@@ -233,21 +276,25 @@ def run_pgqueuer(url: str, messages: int, batch: int) -> float:
 
 # ---------------------------------------------------------------------- table
 
-# name -> (runner, its setting): the rows the bench adds, in this order
-Runner = Callable[[str, int], float]
+# name -> runner(url, jobs, mark): the rows the bench adds, in this order
+Runner = Callable[[str, int, Callable[[], None]], float]
 RUNS: dict[str, Runner] = {
-    "procrastinate one at a time": lambda url, n: run_procrastinate(url, n, 1),
+    "procrastinate one at a time": lambda url, n, mark: run_procrastinate(url, n, 1, mark),
     f"procrastinate concurrency {PROCRASTINATE_CONCURRENCY}":
-        lambda url, n: run_procrastinate(url, n, PROCRASTINATE_CONCURRENCY),
-    "pgqueuer one at a time": lambda url, n: run_pgqueuer(url, n, 1),
-    f"pgqueuer batch {PGQUEUER_BATCH}": lambda url, n: run_pgqueuer(url, n, PGQUEUER_BATCH),
+        lambda url, n, mark: run_procrastinate(url, n, PROCRASTINATE_CONCURRENCY, mark),
+    "pgqueuer one at a time": lambda url, n, mark: run_pgqueuer(url, n, 1, mark),
+    f"pgqueuer batch {PGQUEUER_BATCH}": lambda url, n, mark: run_pgqueuer(url, n, PGQUEUER_BATCH, mark),
 }
 ONE_AT_A_TIME = ("procrastinate one at a time", "pgqueuer one at a time")
 BATCHED = (f"procrastinate concurrency {PROCRASTINATE_CONCURRENCY}", f"pgqueuer batch {PGQUEUER_BATCH}")
 
 
-def describe(median: dict[str, float]) -> dict[str, Any]:
-    """What results.json says of the peers: versions, each row's work and settings, the medians."""
+def describe(median: dict[str, float], statements: dict[str, float]) -> dict[str, Any]:
+    """What results.json says of the peers: versions, each row's work and settings, the medians.
+
+    ``statements``: statements per job of each row, counted from the server's log
+    in a run of its own (bench_postgres.py, ``statements_per_job``).
+    """
     return {
         "versions": versions(),
         "effect": "one INSERT INTO effects (event_id, category, amount_cents) per job, committed on its own "
@@ -258,7 +305,8 @@ def describe(median: dict[str, float]) -> dict[str, Any]:
                                            "LISTEN/NOTIFY on (its default)",
             f"procrastinate concurrency {PROCRASTINATE_CONCURRENCY}":
                 f"a worker with concurrency={PROCRASTINATE_CONCURRENCY} (jobs in flight, each fetched "
-                f"by its own statement), a pool of {PROCRASTINATE_CONCURRENCY + 2} connections",
+                f"by its own statement), its pool of up to {PROCRASTINATE_CONCURRENCY + 2} connections, "
+                f"{EFFECT_POOL} connections for the effects",
             "pgqueuer one at a time": "a QueueManager on asyncpg, batch_size=1, the entrypoint's "
                                       "concurrency_limit=1, mode=drain",
             f"pgqueuer batch {PGQUEUER_BATCH}":
@@ -268,6 +316,7 @@ def describe(median: dict[str, float]) -> dict[str, Any]:
         },
         "jobs_per_second": {name: round(median[f"postgresql {name}"], 1) for name in RUNS
                             if f"postgresql {name}" in median},
+        "statements_per_job": {name: round(count, 2) for name, count in statements.items()},
     }
 
 
@@ -308,7 +357,7 @@ def main() -> None:
     server = PostgresDatabases()
     try:
         rates = (explore(server.new_database, args.jobs, (4, 16, 64, 256)) if args.explore
-                 else {name: runner(server.new_database(), args.jobs) for name, runner in RUNS.items()})
+                 else {name: runner(server.new_database(), args.jobs, _nothing) for name, runner in RUNS.items()})
     finally:
         server.stop()
     print(json.dumps({"versions": versions(), "jobs": args.jobs, "jobs_per_second": rates}))

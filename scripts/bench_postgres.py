@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 from bench_common import NOW, ROOT, fill_queue, timed, verify_queue
 from queue_core import Handler, ModelClock, Store, work
@@ -127,10 +128,7 @@ class PostgresDatabases:
             summary = work(store, Handler(), lease_seconds=600)
         if summary.done != messages:
             raise SystemExit(f"round trips: {summary.done} of {messages} done")
-        with open(self.cluster.log, encoding="utf-8", errors="replace") as log:
-            log.seek(start)
-            lines = [line for line in log if line.startswith(f"{name} ") and
-                     ("LOG:  statement: " in line or "LOG:  execute " in line)]
+        lines = self._logged(name, start)
         counts: dict[str, int] = {}
         for line in lines:
             text = line.split("LOG:  ", 1)[1].split(": ", 1)[1]
@@ -141,6 +139,36 @@ class PostgresDatabases:
         per_message = (len(lines) - 1) / messages
         by_kind = {kind: count / messages for kind, count in counts.items()}
         return per_message, dict(sorted(by_kind.items(), key=lambda item: -item[1]))
+
+    def statements_per_job(self, run: Callable[[str, int, Callable[[], None]], float], jobs: int) -> float:
+        """Statements the server received per job of a peer's run (bench_peers.RUNS), from its log.
+
+        Counted from the moment the run's clock starts to when it stops: the peer's
+        own start-up, polling, heartbeats and shutdown are spread over the
+        jobs, as they are in its timed runs. The log must not show a statement
+        that changes ``synchronous_commit``.
+        """
+        import psycopg
+
+        url = self.new_database()
+        name = url.split("/")[3].split("?")[0]
+        with psycopg.connect(self.cluster.conninfo(), autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" SET log_statement = \'all\'')  # before the peer connects
+        marks: list[int] = []
+        run(url, jobs, lambda: marks.append(self.cluster.log.stat().st_size))
+        lines = self._logged(name, marks[0], marks[1])
+        changed = [line for line in lines if "synchronous_commit" in line.lower()]
+        if changed:
+            raise SystemExit(f"{name}: a peer changed synchronous_commit: {changed[:3]}")
+        return len(lines) / jobs
+
+    def _logged(self, name: str, start: int, end: int | None = None) -> list[str]:
+        """The statements of database ``name`` in the server's log from byte ``start`` (to ``end``)."""
+        with open(self.cluster.log, encoding="utf-8", errors="replace") as log:
+            log.seek(start)
+            text = log.read() if end is None else log.read(end - start)
+            return [line for line in text.splitlines(keepends=True) if line.startswith(f"{name} ") and
+                    ("LOG:  statement: " in line or "LOG:  execute " in line)]
 
     def new_database(self) -> str:
         name = self.cluster.create_database()
