@@ -18,6 +18,6 @@
   names) with a fingerprint of the code they ran on, for the page "How we know".
 
 What a user needs for their own tests stays in the package:
-``queue_core.testing.faults`` (the fault probe), ``queue_core.testing.child``
+``queue_core.testing.faults`` (the fault probe), ``queue_core.app.crash_child``
 (a real process that dies at a named point) and ``queue_core.ModelClock``.
 """

@@ -1,7 +1,7 @@
 """The crash matrix: every write operation, dying at every point it reaches, two ways.
 
 ``crash_matrix()`` runs every write operation in a real child process
-(``queue_core.testing.child``) that dies at every probe point it reaches
+(``queue_core.app.crash_child``) that dies at every probe point it reaches
 (``store.PROBE_POINTS``), once by ``os._exit`` and once by SIGKILL; the caller
 then repeats what it got no answer for, a fresh worker finishes the queue, and
 every invariant is checked, together with the exact states that the
@@ -41,7 +41,7 @@ from queue_core.receipts import ReceiptHandler
 from queue_core.store import LEASE_EXPIRED, PROBE_POINTS, Store
 from queue_core.values import Lease
 from queue_core.worker import work
-from queue_core.testing.child import CRASH_EXIT_CODE, HOWS, child_command
+from queue_core.app.crash_child import CRASH_EXIT_CODE, HOWS, child_command
 from proof.invariants import (
     FileState,
     Payload,

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from queue_core import Handler, ModelClock, Store, ledger
-from queue_core.testing.child import run_crashing_completion
+from queue_core.app.crash_child import run_crashing_completion
 
 SALE = 10000  # E0001: a book sold for 100.00, to be counted exactly once
 

@@ -17,7 +17,7 @@ from contextlib import closing
 from pathlib import Path
 
 from queue_core import Handler, ModelClock, Store, ledger
-from queue_core.testing.child import run_crashing_completion
+from queue_core.app.crash_child import run_crashing_completion
 
 HOW = "exit"  # or "sigkill"
 

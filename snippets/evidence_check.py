@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from queue_core import ModelClock, Store, ledger
-from queue_core.testing.child import run_crashing
+from queue_core.app.crash_child import run_crashing
 from proof.invariants import check_invariants, finish_queue
 
 EVENTS = {

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from queue_core import MAX_ATTEMPTS, ModelClock, Store, ledger
-from queue_core.testing.child import run_crashing_completion
+from queue_core.app.crash_child import run_crashing_completion
 
 with tempfile.TemporaryDirectory() as tmp:
     db = Path(tmp) / "queue.sqlite3"

@@ -41,7 +41,7 @@ from queue_core.store import BATCH_OPERATIONS, OPERATIONS, PROBE_POINTS
 from queue_core.values import Lease
 from proof import records
 from proof.chaos import QUEUE_CORE
-from queue_core.testing.child import (
+from queue_core.app.crash_child import (
     CRASH_EXIT_CODE,
     NOT_REACHED_EXIT_CODE,
     child_command,
@@ -449,7 +449,7 @@ def test_nothing_in_queue_core_arms_a_fault_point_except_the_crash_child() -> No
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "arm":
                 arming.add(path.relative_to(PACKAGE).as_posix())
-    assert arming == {"testing/child.py"}
+    assert arming == {"app/crash_child.py"}
     faults_source = (PACKAGE / "testing" / "faults.py").read_text(encoding="utf-8")
     assert "environ" not in faults_source and "getenv" not in faults_source  # no switch from outside
     # The protocol, its applications and the CLI never import the proof machinery: a probe comes only
@@ -503,7 +503,7 @@ def test_the_completion_helper_builds_the_same_crash(tmp_path: Path) -> None:
         assert lease is not None
         assert child_command(db, "complete", lease=lease, now=1000, point="complete.after_effect")[3:6] == [
             "complete", str(db), "E0001"]
-        from queue_core.testing.child import run_crashing_completion
+        from queue_core.app.crash_child import run_crashing_completion
         assert run_crashing_completion(db, lease, 1000) == CRASH_EXIT_CODE  # dies at complete.after_effect
         assert ledger.effects(store) == []
         assert store.complete(lease, Handler()).outcome.value == "done"
@@ -551,7 +551,7 @@ def test_the_fingerprint_changes_with_the_protocol_the_schemas_and_the_proof_mac
     assert original == records.fingerprint()
     for name in ("store.py", "completion.py", "engines/sqlite_queries.sql", "app/ledger.sql",
                  "engines/sqlite_migrations/0002_details_and_receipts.sql",
-                 "engines/postgres_migrations/0003_metrics_and_prune.sql", "testing/child.py",
+                 "engines/postgres_migrations/0003_metrics_and_prune.sql", "app/crash_child.py",
                  "../proof/matrix.py", "../proof/invariants.py"):
         path = copy / name
         text = path.read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from queue_core import Handler, ModelClock, Outcome, StorageError, Store, ledger
-from queue_core.testing.child import CRASH_EXIT_CODE, run_crashing_completion
+from queue_core.app.crash_child import CRASH_EXIT_CODE, run_crashing_completion
 
 from .support import batch, line
 

@@ -539,7 +539,7 @@ def test_screenshots_of_four_pages(browser, served_site: str, built_site: Path) 
 @pytest.mark.parametrize("source, why", [
     ("from queue_core.app.demo import run_demo\nrun_demo()", "it starts other processes"),
     ("from queue_core.demo import DEMO_BATCH", "it starts other processes"),
-    ("from queue_core.testing.child import run_crashing", "it starts other processes"),
+    ("from queue_core.app.crash_child import run_crashing", "it starts other processes"),
     ("import threading", "it starts threads"),
     ("Store('postgresql://app@db/queue')", "it needs a PostgreSQL server"),
     ("from proof.powerfs_image import Images", "it reads this repository"),

@@ -58,7 +58,7 @@ def test_a_program_that_imports_the_repository_is_told_apart(tmp_path: Path) -> 
         ("import docs_support.proof\n", True),
         ("with x:\n    from tests.support import until\n", True),
         ('"""Checked by the proof package."""\nfrom queue_core import Store\n', False),
-        ("from queue_core.testing.child import run_crashing\nproofs = 1\n", False),
+        ("from queue_core.app.crash_child import run_crashing\nproofs = 1\n", False),
     ]:
         program.write_text(source, encoding="utf-8")
         assert HOOKS.needs_a_clone(program) is needs, source

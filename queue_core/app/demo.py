@@ -20,7 +20,7 @@ from .ledger import Handler, Report
 from ..store import Store
 from ..transactions import Tx
 from ..values import Completion, Lease, Message
-from ..testing.child import CRASH_EXIT_CODE, run_crashing_completion
+from .crash_child import CRASH_EXIT_CODE, run_crashing_completion
 from ..worker import work
 
 DEMO_BATCH = (

@@ -1,9 +1,11 @@
-"""What your own tests of a queue can use: a fault probe and a crashing child.
+"""What your own tests of a queue can use: a fault probe.
 
 * ``faults``: ``FaultPlan``, a probe that runs an action at a named point
-  (``Store(..., probe=plan)``);
-* ``child``: ``python -m queue_core.testing.child``, a real process that dies
-  (``os._exit`` or SIGKILL) at one point of one operation.
+  (``Store(..., probe=plan)``), and ``Tracer``, which records the points
+  reached.
+
+The crashing child that dies at such a point ships with the reference
+application, whose demo shows a real crash: ``queue_core.app.crash_child``.
 
 The proof machinery built on them (the crash matrix, chaos runs, the
 invariant checker, records) lives in the repository's ``proof`` package and

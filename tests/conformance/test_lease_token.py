@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from queue_core import Claimed, Handler, LeaseLost, ModelClock, Outcome, Store, ledger
-from queue_core.testing.child import lease_argument, parse_lease_argument
+from queue_core.app.crash_child import lease_argument, parse_lease_argument
 from queue_core.values import Lease
 
 LINE = '{"event_id": "%s", "payload": {"category": "book", "amount_cents": 100}}\n'

@@ -1,8 +1,9 @@
 """A real child process that dies inside a protocol transaction.
 
-Used by the demo, the crash tests, the crash matrix
+Part of the reference application, since ``queue-core demo`` shows a real
+crash with it; also used by the crash tests, the crash matrix
 (``proof.matrix``) and your own experiments:
-``python -m queue_core.testing.child OPERATION DB ...`` opens the database with
+``python -m queue_core.app.crash_child OPERATION DB ...`` opens the database with
 a ``FaultPlan`` probe armed at one point, runs one write operation (enqueue,
 claim, complete, fail, redrive, or a batch: claim_many, complete_many) and
 dies there with ``os._exit(CODE)`` (no ``finally``, no ROLLBACK, no COMMIT) or
@@ -10,7 +11,7 @@ with SIGKILL. It is not part of the ``queue-core`` CLI, so no user reaches it
 by accident. ``complete`` and ``complete_many`` run the reference
 application's handler (``queue_core.ledger``).
 
-    python -m queue_core.testing.child OPERATION DB ... --now T --point POINT [--hit N]
+    python -m queue_core.app.crash_child OPERATION DB ... --now T --point POINT [--hit N]
 
     OPERATION and its arguments, for example with POINT:
     enqueue       DB BATCH_FILE                         enqueue.after_insert
@@ -51,12 +52,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 
 from ..clock import ModelClock
 from ..errors import QueueError
-from ..app.ledger import Handler, has_effect
 from ..receipts import ReceiptHandler
 from ..store import (
     BATCH_OPERATIONS,
@@ -65,8 +66,9 @@ from ..store import (
     PROBE_POINTS,
     Store,
 )
+from ..testing.faults import FaultPlan, Tracer
 from ..values import Lease
-from .faults import FaultPlan, Tracer
+from .ledger import Handler, has_effect
 
 CRASH_EXIT_CODE = 86
 # the operation ran to its end: the point was never reached (a wrong case)
@@ -113,62 +115,162 @@ def parse_lease_argument(text: str) -> Lease:
     return Lease(parts[0], generation, attempt, lease_until, token)
 
 
+@dataclass(frozen=True)
+class ChildOptions:
+    """What a crashing child does besides its operation, each field checked once.
+
+    :param now: the model time the child runs at, in whole seconds (0 or more).
+    :param point: the fault point to die at (``None`` only with ``trace``).
+    :param how: ``"exit"`` (``os._exit``) or ``"sigkill"``.
+    :param hit: die at the N-th time the point is reached (1 or more).
+    :param trace: do not die: print the fault points reached, in order.
+    :param batch: ``enqueue``'s batch file.
+    :param lease: the lease of ``complete``, ``fail``, ``extend`` or ``release``.
+    :param leases: ``complete_many``'s leases, completed in that order.
+    :param count: ``claim_many``'s count.
+    :param lease_seconds: the lease length of ``claim``, ``claim_many`` and
+        ``extend``.
+    :param code: ``fail``'s code; ``permanent`` makes it a permanent failure.
+    :param event_ids: ``redrive``'s event ids.
+    :param categories: categories the ledger's handler also accepts.
+    :param receipts: ``complete`` or ``complete_many`` under a ``ReceiptHandler``.
+    """
+
+    now: int
+    point: str | None = None
+    how: str = "exit"
+    hit: int = 1
+    trace: bool = False
+    batch: str | Path | None = None
+    lease: Lease | None = None
+    leases: Iterable[Lease] = ()
+    count: int | None = None
+    lease_seconds: int = DEFAULT_LEASE_SECONDS
+    code: str | None = None
+    permanent: bool = False
+    event_ids: Iterable[str] = ()
+    categories: Iterable[str] = ()
+    receipts: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("now", "hit", "count", "lease_seconds"):
+            value = getattr(self, name)
+            if name == "count" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+            if value < (0 if name == "now" else 1):
+                least = 0 if name == "now" else 1
+                raise ValueError(f"{name} must be {least} or more, got {value}")
+        if self.how not in HOWS:
+            raise ValueError(f"how must be one of {', '.join(HOWS)}, got {self.how!r}")
+        for name in ("leases", "event_ids", "categories"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise TypeError(f"{name} must be a collection, got the string {value!r}")
+            object.__setattr__(self, name, tuple(value))  # frozen: a tuple of its own
+        if self.lease is not None and not isinstance(self.lease, Lease):
+            raise TypeError(f"lease must be a Lease, got {type(self.lease).__name__}")
+        if not all(isinstance(one, Lease) for one in self.leases):
+            raise TypeError("leases must hold Lease values")
+
+
+class ChildFields(TypedDict, total=False):
+    """``ChildOptions``' fields, as keyword arguments of ``child_command``."""
+
+    now: int
+    point: str | None
+    how: str
+    hit: int
+    trace: bool
+    batch: str | Path | None
+    lease: Lease | None
+    leases: Iterable[Lease]
+    count: int | None
+    lease_seconds: int
+    code: str | None
+    permanent: bool
+    event_ids: Iterable[str]
+    categories: Iterable[str]
+    receipts: bool
+
+
+def child_options(options: ChildOptions | None, given: ChildFields) -> ChildOptions:
+    """``options``, or the ``ChildOptions`` that its fields given as keywords make."""
+    unknown = sorted(set(given) - {f.name for f in fields(ChildOptions)})
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+    if options is None:
+        if "now" not in given:
+            raise TypeError("a child needs now= (its model time, in seconds)")
+        return ChildOptions(**given)
+    if not isinstance(options, ChildOptions):
+        raise TypeError(f"options must be ChildOptions, got {type(options).__name__}")
+    if given:
+        raise TypeError(
+            f"give options or its fields as keywords, not both: got {', '.join(given)}"
+        )
+    return options
+
+
 def child_command(
     db: str | Path,
     operation: str,
-    *,
-    now: int,
-    point: str | None = None,
-    how: str = "exit",
-    hit: int = 1,
-    trace: bool = False,
-    batch: str | Path | None = None,
-    lease: Lease | None = None,
-    leases: Iterable[Lease] = (),
-    count: int | None = None,
-    lease_seconds: int = DEFAULT_LEASE_SECONDS,
-    code: str | None = None,
-    permanent: bool = False,
-    event_ids: Iterable[str] = (),
-    categories: Iterable[str] = (),
-    receipts: bool = False,
+    options: ChildOptions | None = None,
+    **given: Unpack[ChildFields],
 ) -> list[str]:
     """The command line of a child that runs ``operation`` and dies at ``point``.
 
-    With ``trace=True`` instead of a point, the child runs the operation to its
+    ``options`` is a ``ChildOptions``, or give its fields as keywords
+    (``now=1000, point="complete.after_effect", lease=lease``). With
+    ``trace=True`` instead of a point, the child runs the operation to its
     end and prints the fault points it reached, one per line, in order.
     With ``receipts=True``, ``complete`` (or ``complete_many``) runs under a
     ``ReceiptHandler``. ``claim_many`` needs ``count``, ``complete_many`` its
     ``leases`` (completed in that order).
     """
+    o = child_options(options, given)
     if operation not in OPERATIONS:
         raise ValueError(
             f"unknown operation {operation!r}; known: {', '.join(OPERATIONS)}"
         )
-    if receipts and operation not in ("complete", "complete_many"):
+    if o.receipts and operation not in ("complete", "complete_many"):
         raise ValueError("receipts=True applies only to complete and complete_many")
-    command = [sys.executable, "-m", "queue_core.testing.child", operation, str(db)]
+    command = [sys.executable, "-m", "queue_core.app.crash_child", operation, str(db)]
+    command += _operation_arguments(operation, o)
+    command += ["--now", str(o.now)]
+    if o.trace:
+        return command + ["--trace"]
+    if o.point is None:
+        raise ValueError("a crashing child needs point=...")
+    return command + ["--point", o.point, "--hit", str(o.hit), "--how", o.how]
+
+
+def _operation_arguments(operation: str, o: ChildOptions) -> list[str]:
+    """The arguments of ``operation`` on the child's command line."""
+    command: list[str] = []
     if operation == "enqueue":
-        if batch is None:
+        if o.batch is None:
             raise ValueError("enqueue needs batch=PATH")
-        command.append(str(batch))
+        command.append(str(o.batch))
     elif operation == "claim":
-        command += ["--lease-seconds", str(lease_seconds)]
+        command += ["--lease-seconds", str(o.lease_seconds)]
     elif operation == "claim_many":
-        if count is None:
+        if o.count is None:
             raise ValueError("claim_many needs count=K")
-        command += ["--count", str(count), "--lease-seconds", str(lease_seconds)]
+        command += ["--count", str(o.count), "--lease-seconds", str(o.lease_seconds)]
     elif operation == "complete_many":
-        batch_leases = list(leases)
+        batch_leases = list(o.leases)
         if not batch_leases:
             raise ValueError("complete_many needs leases=[Lease(...), ...]")
         for one in batch_leases:
             command += ["--lease", lease_argument(one)]
-        for name in categories:
+        for name in o.categories:
             command += ["--category", name]
-        if receipts:
+        if o.receipts:
             command.append("--receipts")
     elif operation in ("complete", "fail", "extend", "release"):
+        lease = o.lease
         if lease is None:
             raise ValueError(f"{operation} needs lease=Lease(...)")
         command += [
@@ -180,41 +282,41 @@ def child_command(
             str(lease.token),
         ]
         if operation == "extend":
-            command += ["--lease-seconds", str(lease_seconds)]
+            command += ["--lease-seconds", str(o.lease_seconds)]
         elif operation == "release":
             pass
         elif operation == "complete":
-            for name in categories:
+            for name in o.categories:
                 command += ["--category", name]
-            if receipts:
+            if o.receipts:
                 command.append("--receipts")
         else:
-            if not code:
+            if not o.code:
                 raise ValueError("fail needs code=...")
-            command += ["--code", code] + (["--permanent"] if permanent else [])
+            command += ["--code", o.code] + (["--permanent"] if o.permanent else [])
     else:  # redrive
-        ids = list(event_ids)
+        ids = list(o.event_ids)
         if not ids:
             raise ValueError("redrive needs event_ids=[...]")
         command += ids
-    command += ["--now", str(now)]
-    if trace:
-        return command + ["--trace"]
-    if point is None:
-        raise ValueError("a crashing child needs point=...")
-    return command + ["--point", point, "--hit", str(hit), "--how", how]
+    return command
 
 
 def run_crashing(
-    db: str | Path, operation: str, *, capture: bool = False, **options: Any
+    db: str | Path,
+    operation: str,
+    options: ChildOptions | None = None,
+    *,
+    capture: bool = False,
+    **given: Unpack[ChildFields],
 ) -> int:
     """Run ``operation`` in a child that dies at ``point``; return its exit status.
 
-    ``options`` are those of ``child_command``. The status is ``CRASH_EXIT_CODE``
+    ``options`` and ``given`` are those of ``child_command``. The status is ``CRASH_EXIT_CODE``
     for ``how="exit"`` and ``-signal.SIGKILL`` for ``how="sigkill"``.
     With ``capture``, the child's output is swallowed (the crash matrix runs many).
     """
-    command = child_command(db, operation, **options)
+    command = child_command(db, operation, options, **given)
     output = subprocess.DEVNULL if capture else None
     return subprocess.run(command, check=False, stdout=output, stderr=output).returncode
 
@@ -265,7 +367,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--how", choices=HOWS, default="exit")
 
     parser = argparse.ArgumentParser(
-        prog="python -m queue_core.testing.child",
+        prog="python -m queue_core.app.crash_child",
         description="Run one write operation and die at a fault point.",
     )
     ops = parser.add_subparsers(dest="operation", required=True)
