@@ -36,7 +36,9 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 # The reference application's tables, and each engine's numbered migrations (relative to the package).
 LEDGER_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("app/*.sql"))
 MIGRATION_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("engines/*_migrations/*.sql"))
-SQL_FILES = [*LEDGER_FILES, *MIGRATION_FILES]
+# each engine's named statements (engines/queries.py loads them)
+QUERY_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("engines/*_queries.sql"))
+SQL_FILES = [*LEDGER_FILES, *MIGRATION_FILES, *QUERY_FILES]
 NAME_VERSION = f"queue_core-{queue_core.__version__}"
 
 
@@ -152,6 +154,7 @@ def test_the_long_description_is_the_readme(built: Built) -> None:
 
 def test_the_schema_files_the_marker_and_every_module_are_inside(built: Built) -> None:
     assert LEDGER_FILES == ["app/ledger.sql", "app/ledger_postgres.sql"]
+    assert QUERY_FILES == ["engines/postgres_queries.sql", "engines/sqlite_queries.sql"]
     # SQLite's migrations from version 1, PostgreSQL's from 2 (its support began there), with no gap
     for folder, first in (("sqlite_migrations", 1), ("postgres_migrations", 2)):
         numbers = [int(name.split("/")[-1].split("_")[0]) for name in MIGRATION_FILES
