@@ -65,6 +65,9 @@ _PRODUCT = (
         "protocol",
         (
             "queue_core.store",
+            "queue_core.scope",
+            "queue_core.admin",
+            "queue_core.claims",
             "queue_core.enqueues",
             "queue_core.completion",
             "queue_core.reads",
@@ -102,7 +105,7 @@ LAYERS: tuple[Layer, ...] = tuple(
     Layer(
         "testing",
         ("queue_core.testing", "queue_core.testing.*"),
-        "what ships for users' own tests: fault plans, a crashing child; imported by "
+        "what ships for users' own tests: fault plans; imported by "
         "nothing of the product",
         (
             "testing",
@@ -127,7 +130,7 @@ def layer_of(module: str) -> Layer | None:
 
 
 def module_name(path: Path, root: Path) -> str:
-    """``queue_core/testing/child.py`` -> ``queue_core.testing.child``; an
+    """``queue_core/testing/faults.py`` -> ``queue_core.testing.faults``; an
     ``__init__.py`` is its package: ``queue_core/engines/__init__.py`` -> ``queue_core.engines``.
     """
     parts = [root.name, *path.relative_to(root).with_suffix("").parts]

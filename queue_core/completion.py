@@ -10,38 +10,35 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterable
 
 from .engines import THREADS
 from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
-from .reads import Reads
+from .reads import fetch_message  # noqa: F401  (the read a completion's check does)
 from .rules import (
+    MAX_BATCH,
     MessageHandler,
     backoff_seconds,
     check_code,
     check_handler,
     check_lease,
-    check_lease_seconds,
     lease_deadline,
     refusal,
 )
-from .queues import QueueSettings
-from .transactions import Tx
+from .scope import Scope
+from .transactions import Transactions, Tx
 from .values import Claimed, Completion, Lease, Message, Outcome
 
 
-class Completions(Reads):
-    """The store's completions, on its reads and transactions (``Store`` adds the rest)."""
+class Completing:
+    """The store's completions: a facet of ``Store``, with no state of its own."""
 
-    max_attempts: int
-    settings: QueueSettings
-
-    def lease_seconds_for(self, lease_seconds: int | None) -> int:
-        """``lease_seconds``, checked; None is the queue's own (30 for ``default``)."""
-        if lease_seconds is None:
-            return self.settings.lease_seconds
-        check_lease_seconds(lease_seconds)
-        return lease_seconds
+    # set by the Store that composes this facet: its transaction runner, its queue
+    _runner: Transactions
+    _scope: Scope
+    # the heartbeat's thread closes its own connection when it ends
+    _release_thread_connection: Callable[[], None]
 
     # -------------------------------------------------------------- complete
 
@@ -65,7 +62,7 @@ class Completions(Reads):
         """
         check_lease(lease)
         check_handler(handler)
-        return self._write(
+        return self._runner._write(
             "complete", lambda tx: self._complete_with(tx, lease, handler)
         )
 
@@ -81,14 +78,14 @@ class Completions(Reads):
         # recorded in this transaction, and a lost lease undoes this message
         # only (complete_many goes on with the next one). A message that
         # came with its claim is not read again: the ACK is its fence.
+        tx.raise_if_statement_failed()  # a caller's earlier failure is not forgotten
         tx.conn.execute("SAVEPOINT message")
         try:
             if claimed is None:
                 message = self.leased_tx(tx, lease)
-                self._at("complete.after_read")
+                self._scope.at("complete.after_read")
             else:
                 message = claimed
-            tx.failed_statement = None
             try:
                 handler(tx, message)
                 tx.raise_if_statement_failed()
@@ -103,7 +100,7 @@ class Completions(Reads):
                 code, detail, permanent = refusal(exc)
                 result = self._refuse(tx, lease, code, detail, permanent=permanent)
             else:
-                self._at("complete.after_effect")
+                self._scope.at("complete.after_effect")
                 result = (
                     self.complete_tx(tx, lease)
                     if claimed is None
@@ -128,11 +125,11 @@ class Completions(Reads):
         the whole attempt and returns None: the caller then completes the
         messages one at a time, which says what happened to each.
         """
+        tx.raise_if_statement_failed()  # a caller's earlier failure is not forgotten
         tx.conn.execute("SAVEPOINT batch")
         unusual: BaseException | None = None
         escaped: BaseException | None = None  # from a probe: not unusual, raised
         acked = None
-        tx.failed_statement = None
         try:
             with tx.engine.together(tx.conn):
                 for claimed in batch:
@@ -143,13 +140,13 @@ class Completions(Reads):
                         unusual = exc
                         break
                     try:
-                        self._at("complete.after_effect")
+                        self._scope.at("complete.after_effect")
                     except BaseException as exc:
                         escaped = exc
                         break
                 else:
                     acked = tx.ops.ack_many(
-                        tx.conn, self.queue, [c.lease for c in batch], tx.times()
+                        tx.conn, self._scope.queue, [c.lease for c in batch], tx.times()
                     )
             if acked is not None and acked != len(batch):
                 unusual = LeaseLost("a lease of the batch is not current")
@@ -161,7 +158,7 @@ class Completions(Reads):
         if unusual is None:
             tx.conn.execute("RELEASE batch")
             for _ in batch:
-                self._at("complete.after_update")
+                self._scope.at("complete.after_update")
             return [Completion(c.lease.event_id, Outcome.DONE) for c in batch]
         if not tx.conn.in_transaction:
             # SQLite itself ended the transaction (e.g. a full disk): nothing
@@ -194,12 +191,12 @@ class Completions(Reads):
             )
         check_handler(handler)
         try:
-            return self._write(
+            return self._runner._write(
                 "complete", lambda tx: self._effect_then_ack(tx, claimed, handler)
             )
         except _Refused as refused:
             code, detail, permanent = refusal(refused.error)
-        return self._write(
+        return self._runner._write(
             "fail",
             lambda tx: self._refuse(
                 tx, claimed.lease, code, detail, permanent=permanent
@@ -209,13 +206,13 @@ class Completions(Reads):
     def _effect_then_ack(
         self, tx: Tx, claimed: Claimed, handler: MessageHandler
     ) -> Completion:
-        tx.failed_statement = None
+        tx.raise_if_statement_failed()  # its own transaction: nothing has failed yet
         try:
             handler(tx, claimed.message)
             tx.raise_if_statement_failed()
         except Exception as exc:
             raise _Refused(exc) from exc  # rolled back, then recorded on its own
-        self._at("complete.after_effect")
+        self._scope.at("complete.after_effect")
         return self.ack_tx(tx, claimed.lease)
 
     def ack_tx(self, tx: Tx, lease: Lease) -> Completion:
@@ -226,7 +223,7 @@ class Completions(Reads):
         ``StatementFailed`` instead if a statement run through ``tx`` failed.
         """
         tx.raise_if_statement_failed()
-        return self._acked(tx, lease, tx.ops.ack(tx.conn, self.queue, lease, tx.times()))
+        return self._acked(tx, lease, tx.ops.ack(tx.conn, self._scope.queue, lease, tx.times()))
 
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
         """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
@@ -235,7 +232,7 @@ class Completions(Reads):
         from the database, never from the caller.
         """
         check_lease(lease)
-        found = tx.ops.lease_locked(tx.conn, self.queue, lease.event_id)
+        found = tx.ops.lease_locked(tx.conn, self._scope.queue, lease.event_id)
         now = tx.now()
         if found is None:
             raise LeaseLost(f"{lease.event_id} is not in the queue")
@@ -276,10 +273,10 @@ class Completions(Reads):
         if not now < lease.lease_until:
             # the lease ran out during the work: raises LeaseLost saying so
             self.leased_tx(tx, lease)
-        self._at("complete.after_recheck")
+        self._scope.at("complete.after_recheck")
         # The fence and the ACK in one statement: the row changes only while
         # this lease is its current, unexpired lease.
-        acked = tx.ops.ack(tx.conn, self.queue, lease, {"now": now})
+        acked = tx.ops.ack(tx.conn, self._scope.queue, lease, {"now": now})
         return self._acked(tx, lease, acked)
 
     def _acked(self, tx: Tx, lease: Lease, acked: bool) -> Completion:
@@ -290,7 +287,7 @@ class Completions(Reads):
                 f"{lease.event_id}: generation {lease.generation} "
                 "is no longer the current lease"
             )
-        self._at("complete.after_update")
+        self._scope.at("complete.after_update")
         return Completion(lease.event_id, Outcome.DONE)
 
     # --------------------------------------------------------------- release
@@ -309,16 +306,16 @@ class Completions(Reads):
             unexpired lease (nothing is changed).
         """
         check_lease(lease)
-        return self._write("release", lambda tx: self.release_tx(tx, lease))
+        return self._runner._write("release", lambda tx: self.release_tx(tx, lease))
 
     def release_tx(self, tx: Tx, lease: Lease) -> Completion:
         """``release`` inside the caller's transaction."""
         self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
-        self._at("release.after_read")
+        self._scope.at("release.after_read")
         # the row is locked and checked: the fenced UPDATE changes it
-        if not tx.ops.release(tx.conn, self.queue, lease, tx.times()):
+        if not tx.ops.release(tx.conn, self._scope.queue, lease, tx.times()):
             raise LeaseLost(f"{lease.event_id}: the lease changed while it was released")
-        self._at("release.after_update")
+        self._scope.at("release.after_update")
         return Completion(lease.event_id, Outcome.RELEASED)
 
     # ---------------------------------------------------------------- extend
@@ -344,8 +341,8 @@ class Completions(Reads):
             lease.
         """
         check_lease(lease)
-        lease_seconds = self.lease_seconds_for(lease_seconds)
-        return self._write(
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        return self._runner._write(
             "extend", lambda tx: self.extend_tx(tx, lease, lease_seconds)
         )
 
@@ -353,9 +350,9 @@ class Completions(Reads):
         self, tx: Tx, lease: Lease, lease_seconds: int | None = None
     ) -> Lease:
         """``extend`` inside the caller's transaction."""
-        lease_seconds = self.lease_seconds_for(lease_seconds)
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
         self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
-        self._at("extend.after_read")
+        self._scope.at("extend.after_read")
         instant = tx.instant()
         now = math.floor(instant)
         extended = Lease(
@@ -366,12 +363,12 @@ class Completions(Reads):
             lease.token,
         )
         # The same fence in the UPDATE itself, as in complete_tx.
-        if not tx.ops.extend(tx.conn, self.queue, lease, now=now, until=extended.lease_until):
+        if not tx.ops.extend(tx.conn, self._scope.queue, lease, now=now, until=extended.lease_until):
             raise LeaseLost(
                 f"{lease.event_id}: generation {lease.generation} "
                 "is no longer the current lease"
             )
-        self._at("extend.after_update")
+        self._scope.at("extend.after_update")
         return extended
 
     def heartbeat(
@@ -393,7 +390,7 @@ class Completions(Reads):
         written, and ``complete`` would refuse it anyway.
         """
         check_lease(lease)
-        lease_seconds = self.lease_seconds_for(lease_seconds)
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
         if not every > 0:
             raise ValueError(
                 f"every must be a positive number of seconds, got {every!r}"
@@ -429,7 +426,7 @@ class Completions(Reads):
         """
         check_lease(lease)
         check_code(code, detail)
-        return self._write(
+        return self._runner._write(
             "fail",
             lambda tx: self.fail_tx(
                 tx, lease, code, permanent=permanent, detail=detail
@@ -448,7 +445,7 @@ class Completions(Reads):
         """``fail`` inside the caller's transaction."""
         check_code(code, detail)
         message = self.leased_tx(tx, lease)
-        self._at("fail.after_read")
+        self._scope.at("fail.after_read")
         return self._fail_checked(
             tx, message, code, detail, permanent=permanent, point="fail.after_update"
         )
@@ -481,19 +478,87 @@ class Completions(Reads):
         permanent: bool,
         point: str,
     ) -> Completion:
-        if permanent or message.attempts >= self.max_attempts:
-            tx.ops.fail_dead(tx.conn, self.queue, message.event_id, code, detail)
+        if permanent or message.attempts >= self._scope.max_attempts:
+            tx.ops.fail_dead(tx.conn, self._scope.queue, message.event_id, code, detail)
             outcome = Completion(message.event_id, Outcome.DEAD, code, detail=detail)
         else:
             available_at = tx.now() + backoff_seconds(message.attempts)
             tx.ops.fail_retry(
-                tx.conn, self.queue, message.event_id, code, detail, available_at=available_at
+                tx.conn, self._scope.queue, message.event_id, code, detail, available_at=available_at
             )
             outcome = Completion(
                 message.event_id, Outcome.RETRY, code, available_at, detail
             )
-        self._at(point)
+        self._scope.at(point)
         return outcome
+
+    # ------------------------------------------------------------ batches
+
+    def complete_many(
+        self, leases: Iterable[Lease | Claimed], handler: MessageHandler
+    ) -> list[Completion]:
+        """Complete several leased messages in one transaction.
+
+        Each message has its own effect and ACK.
+
+        Every message runs exactly as in ``complete`` (fenced check, the
+        handler's writes, re-check, ACK), inside a savepoint of its own: its
+        effect and its ACK are kept or undone together. A lease lost for one
+        message undoes only that message and is reported as
+        ``Outcome.LEASE_LOST`` instead of raised, so the others still commit.
+        Given what ``claim_messages`` returned, there is no read before the
+        effects: every handler runs, then one fenced ACK marks them all done,
+        and only if each lease is still current; otherwise (or if a handler
+        refuses, or a statement fails) that attempt is undone and the batch
+        runs one message at a time as in ``complete_message``.
+
+        :param leases: what ``claim_many`` or ``claim_messages`` returned (at most
+            ``MAX_BATCH``).
+        :param handler: as for ``complete``.
+        :returns: one completion per lease, in the order given.
+        """
+        batch: list[Lease | Claimed] = list(leases)
+        for lease in batch:
+            check_lease(lease.lease if isinstance(lease, Claimed) else lease)
+        if len(batch) > MAX_BATCH:
+            raise ValueError(
+                f"complete_many takes at most {MAX_BATCH} leases, got {len(batch)}"
+            )
+        check_handler(handler)
+        return self._runner._write(
+            "complete_many", lambda tx: self.complete_many_tx(tx, batch, handler)
+        )
+
+    def complete_many_tx(
+        self, tx: Tx, leases: Iterable[Lease | Claimed], handler: MessageHandler
+    ) -> list[Completion]:
+        """``complete_many`` inside the caller's transaction."""
+        batch = list(leases)
+        claimed = [item for item in batch if isinstance(item, Claimed)]
+        if claimed and len(claimed) == len(batch):
+            done = self._complete_claimed_tx(tx, claimed, handler)
+            if done is not None:
+                return done
+        results: list[Completion] = []
+        for item in batch:
+            lease, message = (
+                (item.lease, item.message)
+                if isinstance(item, Claimed)
+                else (item, None)
+            )
+            try:
+                # undoes its own message on LeaseLost
+                results.append(self._complete_with(tx, lease, handler, message))
+            except LeaseLost as lost:
+                results.append(
+                    Completion(
+                        lease.event_id,
+                        Outcome.LEASE_LOST,
+                        LeaseLost.code,
+                        detail=lost.message,
+                    )
+                )
+        return results
 
 
 class _Refused(Exception):

@@ -11,15 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from .completion import Completions
 from .envelope import Batch, check_batch, parse_batch, parse_items, payload_digest
 from .errors import BatchRejected
 from .rules import check_delay
-from .transactions import Tx
+from .scope import Scope
+from .transactions import Transactions, Tx
 from .values import EnqueueResult
 
-class Enqueues(Completions):
-    """The store's enqueues, on its completions, reads and transactions."""
+class Enqueueing:
+    """The store's enqueues: a facet of ``Store``, with no state of its own."""
+
+    # set by the Store that composes this facet: its transaction runner, its queue
+    _runner: Transactions
+    _scope: Scope
 
     def enqueue(
         self,
@@ -43,11 +47,11 @@ class Enqueues(Completions):
         elif isinstance(data, (str, bytes, bytearray)):
             batch = parse_batch(
                 data.encode("utf-8") if isinstance(data, str) else bytes(data),
-                self.settings,
+                self._scope.settings,
             )
         elif isinstance(data, Sequence):
             batch = parse_items(
-                cast(Sequence[Mapping[str, Any]], data), rules=self.settings
+                cast(Sequence[Mapping[str, Any]], data), rules=self._scope.settings
             )
         else:
             raise TypeError(
@@ -55,7 +59,7 @@ class Enqueues(Completions):
                 f"parsed Batch, got {type(data).__name__}; "
                 'one event is one line: \'{"event_id": "E0001", "payload": {...}}\''
             )
-        return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
+        return self._runner._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
 
     def send(
         self, event_id: str, payload: Mapping[str, Any], *, delay: int = 0
@@ -71,9 +75,9 @@ class Enqueues(Completions):
         batch = parse_items(
             [{"event_id": event_id, "payload": payload}],
             single=True,
-            rules=self.settings,
+            rules=self._scope.settings,
         )
-        return self._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
+        return self._runner._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
 
     def enqueue_tx(self, tx: Tx, batch: Batch, delay: int = 0) -> EnqueueResult:
         """Store a validated batch inside the caller's transaction.
@@ -88,7 +92,7 @@ class Enqueues(Completions):
                 "enqueue_tx takes a Batch from parse_batch(), "
                 f"got {type(batch).__name__}"
             )
-        check_batch(batch, self.settings)  # parsed by another queue's rules
+        check_batch(batch, self._scope.settings)  # parsed by another queue's rules
         now = tx.now()
         # One read for the whole batch, then one INSERT statement for its new events.
         ids = [event.event_id for event in batch.events]
@@ -98,12 +102,12 @@ class Enqueues(Completions):
         stored: dict[str, str] = {}
         # event_id -> SHA-256 of the canonical payload prune removed
         pruned: dict[str, str] = {}
-        for event_id, text, digest in tx.ops.stored(tx.conn, self.queue, ids):
+        for event_id, text, digest in tx.ops.stored(tx.conn, self._scope.queue, ids):
             if digest is None:
                 stored[event_id] = text
             else:
                 pruned[event_id] = digest
-        self._at("enqueue.after_read")
+        self._scope.at("enqueue.after_read")
         new: list[tuple[str, str]] = []
         duplicates = batch.duplicates_in_batch
         # in batch order: a conflict names the first line at fault
@@ -132,7 +136,7 @@ class Enqueues(Completions):
         if new:
             # one statement for the whole batch: per-row statement steps cost
             # more than the CHECKs themselves (see scripts/bench.py's enqueue row)
-            tx.ops.insert(tx.conn, self.queue, new, now=now, available_at=now + delay)
-            self._at("enqueue.after_insert")
+            tx.ops.insert(tx.conn, self._scope.queue, new, now=now, available_at=now + delay)
+            self._scope.at("enqueue.after_insert")
         return EnqueueResult(accepted=len(new), duplicates=duplicates)
 

@@ -1,4 +1,4 @@
-"""What a store reports and keeps: counts, metrics, messages, prune, and queues.
+"""What a store reports and keeps of its queue: counts, metrics, messages, prune.
 
 None of these changes a message's state: the reads run in one snapshot each
 (``Transactions.read``), and prune only replaces the payloads of old done
@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Final
 
 from .envelope import payload_digest
-from .errors import QueueConflict, UnknownEvent
-from .queues import DEFAULT_SETTINGS, TEACHING_ID_PATTERN, QueueSettings, check_queue_name
-from .queues import settings as checked_settings
+from .errors import UnknownEvent
+from .scope import Scope
 from .transactions import Transactions, Tx
 from .values import STATES, Latency, Message, Metrics, Pruned, StateCounts
 
@@ -20,24 +19,28 @@ from .values import STATES, Latency, Message, Metrics, Pruned, StateCounts
 PRUNE_CHUNK: Final = 1_000
 
 
-class Reads(Transactions):
-    """The store's reads and prune, on its transactions (``Store`` adds the protocol)."""
+class Reading:
+    """The store's reads and prune: a facet of ``Store``, with no state of its own."""
+
+    # set by the Store that composes this facet: its transaction runner, its queue
+    _runner: Transactions
+    _scope: Scope
 
     def status(self) -> StateCounts:
         """Counts by stored state (no expiry applied)."""
-        return self.read(self.status_tx)
+        return self._runner.read(self.status_tx)
 
     def status_tx(self, view: Tx) -> StateCounts:
         """``status`` inside the caller's transaction or snapshot."""
-        return StateCounts(view.ops.counts(view.conn, self.queue))
+        return StateCounts(view.ops.counts(view.conn, self._scope.queue))
 
     def metrics(self) -> Metrics:
         """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""
-        return self.read(self.metrics_tx)
+        return self._runner.read(self.metrics_tx)
 
     def metrics_tx(self, view: Tx) -> Metrics:
         """``metrics`` inside the caller's transaction or snapshot."""
-        ops, conn, queue = view.ops, view.conn, self.queue
+        ops, conn, queue = view.ops, view.conn, self._scope.queue
         now = view.now()
         counts = self.status_tx(view).messages
         oldest = ops.oldest_ready(conn, queue)
@@ -86,27 +89,27 @@ class Reads(Transactions):
             raise ValueError(
                 f"older_than_seconds must not be negative, got {older_than_seconds}"
             )
-        return self._write(None, lambda tx: self.prune_tx(tx, older_than_seconds))
+        return self._runner._write(None, lambda tx: self.prune_tx(tx, older_than_seconds))
 
     def prune_tx(self, tx: Tx, older_than_seconds: int) -> Pruned:
         """``prune`` inside the caller's transaction."""
         cutoff = tx.now() - older_than_seconds
         pruned = 0
         while True:  # in chunks, so that memory stays flat however many payloads go
-            rows = tx.ops.prunable(tx.conn, self.queue, cutoff, PRUNE_CHUNK)
+            rows = tx.ops.prunable(tx.conn, self._scope.queue, cutoff, PRUNE_CHUNK)
             if not rows:
                 break
             tx.ops.prune(
                 tx.conn,
-                self.queue,
+                self._scope.queue,
                 [(event_id, payload_digest(payload)) for event_id, payload in rows],
             )
             pruned += len(rows)
-        return Pruned(pruned=pruned, unknown_age=tx.ops.unknown_age(tx.conn, self.queue))
+        return Pruned(pruned=pruned, unknown_age=tx.ops.unknown_age(tx.conn, self._scope.queue))
 
     def message(self, event_id: str) -> Message:
         """One stored message, as stored."""
-        found = self.read(lambda view: fetch_message(view, self.queue, event_id))
+        found = self._runner.read(lambda view: fetch_message(view, self._scope.queue, event_id))
         if found is None:
             raise UnknownEvent(f"{event_id} is not in the queue")
         return found
@@ -126,7 +129,7 @@ class Reads(Transactions):
         ):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
 
-        return self.read(lambda view: view.ops.messages(view.conn, self.queue, state, limit))
+        return self._runner.read(lambda view: view.ops.messages(view.conn, self._scope.queue, state, limit))
 
     def purge(self, state: str) -> int:
         """Remove every ``ready`` or every ``dead`` message; returns how many.
@@ -142,85 +145,17 @@ class Reads(Transactions):
                 f"purge removes ready or dead messages, got {state!r}: a leased "
                 "message is being worked on, and a done one keeps deduplication exact"
             )
-        return self._write(None, lambda tx: self.purge_tx(tx, state))
+        return self._runner._write(None, lambda tx: self.purge_tx(tx, state))
 
     def purge_tx(self, tx: Tx, state: str) -> int:
         """``purge`` inside the caller's transaction."""
         if state not in ("ready", "dead"):
             raise ValueError(f"purge removes ready or dead messages, got {state!r}")
-        return tx.ops.purge(tx.conn, self.queue, state)
+        return tx.ops.purge(tx.conn, self._scope.queue, state)
 
     def dead_letters(self) -> list[Message]:
         """The dead-letter queue: messages with ``state = 'dead'``."""
         return self.messages("dead")
-
-    # ---------------------------------------------------------- named queues
-
-    def queue_settings(self, name: str) -> QueueSettings | None:
-        """The settings of queue ``name`` in this database, or None if it has none."""
-        check_queue_name(name)
-        row = self.read(lambda view: view.ops.queue_settings(view.conn, name))
-        return None if row is None else QueueSettings(*row)
-
-    def create_queue(
-        self,
-        name: str,
-        *,
-        id_pattern: str = TEACHING_ID_PATTERN,
-        max_attempts: int = DEFAULT_SETTINGS.max_attempts,
-        lease_seconds: int = DEFAULT_SETTINGS.lease_seconds,
-        max_payload_bytes: int = DEFAULT_SETTINGS.max_payload_bytes,
-    ) -> QueueSettings:
-        """Create queue ``name`` in this database with its own settings; returns them.
-
-        :param id_pattern: a Python regular expression every event id must
-            match in full; it may not match the empty string.
-        :param max_attempts: claims per cycle before dead (1..1000).
-        :param lease_seconds: a claim's lease when none is named.
-        :param max_payload_bytes: the canonical payload's limit.
-        :raises InvalidQueue: a name or setting is unusable (nothing written).
-        :raises QueueConflict: the queue exists with other settings (with the
-            same ones, nothing happens).
-        """
-        wanted = checked_settings(
-            name,
-            id_pattern=id_pattern,
-            max_attempts=max_attempts,
-            lease_seconds=lease_seconds,
-            max_payload_bytes=max_payload_bytes,
-        )
-
-        def create(tx: Tx) -> QueueSettings:
-            row = tx.ops.queue_settings(tx.conn, name)
-            if row is None:
-                tx.ops.create_queue(tx.conn, wanted.to_dict())
-                return wanted
-            found = QueueSettings(*row)
-            if found != wanted:
-                asked = wanted.to_dict()
-                differ = ", ".join(
-                    f"{key} {value!r}, not {asked[key]!r}"
-                    for key, value in found.to_dict().items()
-                    if value != asked[key]
-                )
-                raise QueueConflict(
-                    f"queue {name!r} exists with {differ}; nothing was changed"
-                )
-            return found
-
-        return self._write(None, create)
-
-    def queues(self) -> list[tuple[QueueSettings, StateCounts]]:
-        """Every queue of this database, by name, with its counts by state."""
-
-        def every(view: Tx) -> list[tuple[QueueSettings, StateCounts]]:
-            counts = view.ops.queue_counts(view.conn)
-            return [
-                (QueueSettings(*row), StateCounts(counts.get(row[0], {})))
-                for row in view.ops.queues(view.conn)
-            ]
-
-        return self.read(every)
 
 
 def fetch_message(tx: Tx, queue: str, event_id: str) -> Message | None:

@@ -78,9 +78,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "release_unfenced", C,
         (("        self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why\n"
-          "        self._at(\"release.after_read\")",
-          "        self._at(\"release.after_read\")\n"
-          "        now = tx.ops.lease_locked(tx.conn, self.queue, lease.event_id)\n"
+          "        self._scope.at(\"release.after_read\")",
+          "        self._scope.at(\"release.after_read\")\n"
+          "        now = tx.ops.lease_locked(tx.conn, self._scope.queue, lease.event_id)\n"
           "        if now is not None:  # planted: released as whatever lease is current\n"
           "            lease = Lease(lease.event_id, now[0].generation, lease.attempt,\n"
           "                          lease.lease_until, now[1])"),),
@@ -99,8 +99,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "extend_unfenced", C,
         (_NO_FENCED_READ,
-         ("        if not tx.ops.extend(tx.conn, self.queue, lease, now=now, until=extended.lease_until):\n",
-          "        if not tx.ops.extend(tx.conn, self.queue, lease, now=now, until=extended.lease_until)"
+         ("        if not tx.ops.extend(tx.conn, self._scope.queue, lease, now=now, until=extended.lease_until):\n",
+          "        if not tx.ops.extend(tx.conn, self._scope.queue, lease, now=now, until=extended.lease_until)"
           " and False:\n")),
         "extend no longer fenced: a refused extension is reported as made",
     ),
@@ -126,12 +126,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "queue_max_attempts_ignored", "queue_core/store.py",
-        (("self.max_attempts = found.max_attempts if max_attempts is None",
-          "self.max_attempts = DEFAULT_SETTINGS.max_attempts if max_attempts is None"),),
+        (("                found.max_attempts if max_attempts is None else max_attempts,",
+          "                DEFAULT_SETTINGS.max_attempts if max_attempts is None else max_attempts,"),),
         "a created queue's claims before dead are ignored (the default's 3 apply)",
     ),
     Mutation(
-        "queue_lease_seconds_ignored", C,
+        "queue_lease_seconds_ignored", "queue_core/scope.py",
         (("            return self.settings.lease_seconds\n", "            return 30\n"),),
         "a created queue's lease is ignored (the default's 30 s apply)",
     ),

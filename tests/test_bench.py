@@ -94,9 +94,9 @@ def test_the_per_transaction_store_really_closes_its_connection_after_each_trans
     try:
         lease = store.claim(60)
         assert lease is not None
-        assert getattr(store._local, "conn", None) is None and not wal.exists()
+        assert getattr(store._runner._local, "conn", None) is None and not wal.exists()
         store.complete(lease, bench.Handler())
-        assert getattr(store._local, "conn", None) is None and not wal.exists()
+        assert getattr(store._runner._local, "conn", None) is None and not wal.exists()
     finally:
         store.close()
     with bench.Store(path, clock=bench.ModelClock(bench.NOW), create=False) as kept:

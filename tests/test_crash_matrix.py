@@ -435,7 +435,7 @@ def test_a_point_without_a_probe_costs_well_under_a_microsecond(tmp_path: Path) 
     with Store(tmp_path / "q.sqlite3") as store:  # no probe: what the CLI and every application run
         unarmed = FaultPlan()  # a probe with nothing armed
         calls = 200_000
-        for reach in (store._at, unarmed):
+        for reach in (store._scope.at, unarmed):
             began = time.perf_counter()
             for _ in range(calls):
                 reach("complete.after_effect")

@@ -132,11 +132,11 @@ def test_a_heartbeat_stops_when_its_lease_is_lost(store: Store, clock: ModelCloc
 
 def test_a_heartbeat_closes_its_own_connection_when_it_ends(store: Store) -> None:
     lease = claimed(store)
-    before = len(store._connections)
+    before = len(store._runner._connections)
     with store.heartbeat(lease, every=0.01, lease_seconds=10) as beat:
         until(lambda: beat.beats >= 2)
-        assert len(store._connections) == before + 1  # the thread's own
-    assert len(store._connections) == before
+        assert len(store._runner._connections) == before + 1  # the thread's own
+    assert len(store._runner._connections) == before
 
 
 def test_a_heartbeat_needs_a_positive_interval(store: Store) -> None:

@@ -1,0 +1,233 @@
+"""Claiming: a lease on the next message, one or a batch, and redrive.
+
+A claim chooses a ready message (or a leased one whose lease ran out) in the
+order ``available_at, event_id`` and leases it with the next generation, in
+one transaction; a message whose last allowed lease ran out goes to dead
+instead. Redrive gives dead messages a new cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from .errors import NotDead, UnknownEvent
+from .rules import LEASE_EXPIRED, check_count, lease_deadline
+from .scope import Scope
+from .transactions import Transactions, Tx
+from .values import Claimed, Lease, Message, new_lease_token
+
+
+class Claiming:
+    """The store's claims and redrive: a facet of ``Store``, with no state of its own."""
+
+    # set by the Store that composes this facet: its transaction runner, its queue
+    _runner: Transactions
+    _scope: Scope
+
+    # ----------------------------------------------------------------- claim
+
+    def claim(self, lease_seconds: int | None = None) -> Lease | None:
+        """Lease the next available message, or return None if there is none now.
+
+        :param lease_seconds: how long the lease lasts; complete before
+            ``lease.lease_until``.
+        :returns: the lease (event id, generation, attempt, deadline), or ``None``.
+        """
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        return self._runner._write("claim", lambda tx: self.claim_tx(tx, lease_seconds))
+
+    def claim_tx(
+        self, tx: Tx, lease_seconds: int | None = None
+    ) -> Lease | None:
+        """Choose and lease a message inside the caller's ``BEGIN IMMEDIATE``.
+
+        A ready message whose ``available_at`` has come, or a leased one whose
+        lease has expired (applied lazily here; there is no sweeper). Order:
+        ``available_at, event_id``. A message whose last allowed claim expired
+        goes to dead instead, and the search goes on.
+        """
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        leases = self._claim_up_to(tx, 1, lease_seconds, tx.instant())
+        return leases[0] if leases else None
+
+    def _claim_up_to(
+        self, tx: Tx, count: int, lease_seconds: int, instant: float
+    ) -> list[Lease]:
+        """Lease the next ``count`` claimable messages, in claim order.
+
+        It leases what ``count`` claims would lease.
+        One read finds the candidates. A candidate whose last allowed lease
+        ran out goes to dead (a silent death spent the budget), and the search
+        goes on past it. ``instant`` is the clock's reading: what has come is
+        decided on it rounded down, a new lease counts from it rounded up.
+        """
+        now, lease_until = math.floor(instant), lease_deadline(instant, lease_seconds)
+        token = new_lease_token()  # one per claim transaction: the generation names the row
+        leases: list[Lease] = []
+        while len(leases) < count:
+            rows = tx.ops.claim_candidates(tx.conn, self._scope.queue, now, count - len(leases))
+            self._scope.at("claim.after_read")
+            if not rows:
+                break
+            for event_id, attempts, generation, expired_at in rows:
+                # a leased candidate: its lease ran out
+                if attempts >= self._scope.max_attempts:
+                    tx.ops.expire_to_dead(
+                        tx.conn,
+                        self._scope.queue,
+                        event_id,
+                        LEASE_EXPIRED,
+                        f"the lease of claim {attempts} of {self._scope.max_attempts} "
+                        f"ended at {expired_at} with no completion",
+                    )
+                    self._scope.at("claim.after_expire")
+                    continue
+                lease = Lease(event_id, generation + 1, attempts + 1, lease_until, token)
+                tx.ops.lease(tx.conn, self._scope.queue, lease, expired=expired_at is not None)
+                self._scope.at("claim.after_update")
+                leases.append(lease)
+        return leases
+
+    # ------------------------------------------------ the worker's claim
+
+    def claim_message(
+        self, lease_seconds: int | None = None
+    ) -> Claimed | None:
+        """Lease the next available message and return it with the message: one statement.
+
+        The worker's path. It leases what ``claim`` leases, in the same order
+        and with the same rule for a lease that ran out for the last time, but
+        chooses and takes in one ``UPDATE ... RETURNING`` that commits by
+        itself (one round trip on PostgreSQL), and returns the message, so
+        that ``complete_message`` needs no read of its own.
+
+        :param lease_seconds: how long the lease lasts.
+        :returns: the lease and its message, or ``None`` if none is available now.
+        """
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        claimed = self._runner._alone(lambda tx: self.claim_messages_tx(tx, 1, lease_seconds))
+        return claimed[0] if claimed else None
+
+    def claim_messages(
+        self, count: int, lease_seconds: int | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``count`` messages in one statement, with their messages.
+
+        The batched worker's claim: what ``claim_many`` leases, as
+        ``claim_message`` takes one. Complete them with ``complete_many``.
+        """
+        check_count(count)
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        return self._runner._alone(lambda tx: self.claim_messages_tx(tx, count, lease_seconds))
+
+    def claim_messages_tx(
+        self, tx: Tx, count: int, lease_seconds: int | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``count`` messages with ``claim_messages``, in claim order."""
+        check_count(count)
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        token = new_lease_token()  # one per claim transaction, as in claim
+        times = tx.times(lease_seconds)
+        claimed: list[Claimed] = []
+        while len(claimed) < count:
+            wanted = count - len(claimed)
+            taken = tx.ops.claim_messages(
+                tx.conn,
+                self._scope.queue,
+                wanted,
+                max_attempts=self._scope.max_attempts,
+                token=token,
+                times=times,
+                lease_expired=LEASE_EXPIRED,
+            )
+            # RETURNING gives no order: the claim order is available_at, event_id
+            if len(taken) > 1:
+                taken.sort(key=_claim_order)
+            for message in taken:
+                if message.state == "leased" and message.lease_until is not None:
+                    lease = Lease(
+                        message.event_id,
+                        message.generation,
+                        message.attempts,
+                        message.lease_until,
+                        token,
+                    )
+                    claimed.append(Claimed(lease, message))
+            # fewer rows than wanted: nothing more is claimable now (a full set
+            # with dead ones in it: look again, as claim does)
+            if len(taken) < wanted:
+                break
+        return claimed
+
+    # ------------------------------------------------------------- batches
+
+    def claim_many(
+        self, count: int, lease_seconds: int | None = None
+    ) -> list[Lease]:
+        """Lease up to ``count`` available messages in one transaction (batched).
+
+        Each lease is the one ``claim`` would have given, with its own
+        generation; they only share one commit. Empty if nothing is available.
+
+        :param count: at most this many leases (1..``MAX_BATCH``).
+        :param lease_seconds: how long each lease lasts; it must cover the whole
+            batch's work.
+        """
+        check_count(count)
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        return self._runner._write(
+            "claim_many", lambda tx: self.claim_many_tx(tx, count, lease_seconds)
+        )
+
+    def claim_many_tx(
+        self, tx: Tx, count: int, lease_seconds: int | None = None
+    ) -> list[Lease]:
+        """``claim_many`` inside the caller's transaction."""
+        check_count(count)
+        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
+        return self._claim_up_to(tx, count, lease_seconds, tx.instant())
+
+    # --------------------------------------------------------------- redrive
+
+    def redrive(self, event_ids: Iterable[str]) -> list[str]:
+        """Give dead messages a new cycle (all or none); returns the ids.
+
+        :param event_ids: ids of dead messages; their attempts start again,
+            generation and payload are kept.
+        :raises NotDead: one of them is not dead (nothing is changed).
+        :raises UnknownEvent: one of them is not in the queue (nothing is changed).
+        """
+        if isinstance(event_ids, str):
+            raise TypeError(
+                f"redrive takes a list of event ids, got the string {event_ids!r}; "
+                f"write redrive([{event_ids!r}])"
+            )
+        ids = list(dict.fromkeys(event_ids))  # the same id twice is one request
+        return self._runner._write("redrive", lambda tx: self.redrive_tx(tx, ids))
+
+    def redrive_tx(self, tx: Tx, event_ids: Iterable[str]) -> list[str]:
+        """Reset ``attempts`` and make dead messages available now.
+
+        ``generation`` and the payload are kept, so a worker of the previous
+        cycle still cannot complete. Any id that is not dead rejects them all.
+        """
+        now = tx.now()
+        done: list[str] = []
+        for event_id in event_ids:
+            state = tx.ops.state(tx.conn, self._scope.queue, event_id)
+            self._scope.at("redrive.after_read")
+            if state is None:
+                raise UnknownEvent(f"{event_id} is not in the queue")
+            if state != "dead":
+                raise NotDead(
+                    f"{event_id} is {state}; only dead messages can be redriven"
+                )
+            tx.ops.redrive(tx.conn, self._scope.queue, event_id, now)
+            self._scope.at("redrive.after_update")
+            done.append(event_id)
+        return done
+
+
+def _claim_order(message: Message) -> tuple[int, str]:
+    return message.available_at, message.event_id
