@@ -128,6 +128,25 @@ def test_complete_tx_refuses_in_the_callers_own_transaction(store: Store) -> Non
     assert effects(store) == []
 
 
+def test_complete_many_tx_refuses_after_the_callers_own_caught_failure(store: Store) -> None:
+    # A batch completed inside the caller's transaction must not forget a
+    # statement of the caller's that failed before it (the effects would commit
+    # past a write that did not happen).
+    store.enqueue(line("E0001") + line("E0002"))
+    claimed = store.claim_messages(2)
+    assert len(claimed) == 2
+    with pytest.raises(StatementFailed) as raised:
+        with store.transaction() as tx:
+            try:
+                tx.execute(MISSING)
+            except Exception:
+                pass
+            store.complete_many_tx(tx, claimed, ledger.Handler())
+    assert raised.value.code == "statement_failed"
+    assert [m.state for m in store.messages()] == ["leased", "leased"]
+    assert effects(store) == []
+
+
 def test_a_rollback_to_a_savepoint_recovers_on_both_engines(store: Store) -> None:
     # The recovery PostgreSQL allows after a failed statement is the one
     # that clears it here: the message then completes with its effect.
