@@ -78,9 +78,24 @@ def server_bounds(bounds: Mapping[str, Any]) -> str | None:
     return "; ".join(f"SET {name} = {int(value)}" for name, value in settings.items())
 
 
-# ``?`` outside quoted strings, in a caller's SQL (the store's own statements
-# are written for psycopg already).
-_QMARK = re.compile(r"'(?:[^']|'')*'|\?")
+# A caller's SQL is written with ``?`` placeholders, as sqlite3 takes them; for
+# psycopg each ``?`` that is a placeholder becomes ``%s``. What is not SQL code
+# is skipped whole, so that a ``?`` inside it stays: comments (``--``, ``/* */``,
+# nested as PostgreSQL nests them), strings ('', E'' with backslash escapes),
+# quoted names ("") and dollar-quoted bodies ($$...$$, $tag$...$tag$). The
+# store's own statements are written for psycopg already and never pass here.
+_CALLER_SQL = re.compile(
+    r"""(?P<skip>
+          --[^\n]*
+        | [Ee]'(?:[^'\\]|\\.|'')*'
+        | '(?:[^']|'')*'
+        | "(?:[^"]|"")*"
+        | \$(?P<tag>(?:[A-Za-z_][A-Za-z_0-9]*)?)\$.*?\$(?P=tag)\$
+        )
+      | (?P<comment>/\*)
+      | (?P<mark>\?)""",
+    re.VERBOSE | re.DOTALL,
+)
 
 
 def _psycopg() -> Any:
@@ -386,16 +401,47 @@ class PostgresEngine:
 
 @functools.lru_cache(maxsize=512)
 def caller_sql(sql: str) -> str:
-    """A caller's SQL with psycopg's placeholders: ``?`` becomes ``%s``.
+    """A caller's SQL with psycopg's placeholders: each ``?`` placeholder becomes ``%s``.
 
-    A literal ``%`` is doubled. Each distinct statement is rewritten once.
+    A literal ``%`` is doubled; a ``?`` in a comment, a string, a quoted name
+    or a dollar-quoted body is left as it is. (A ``?`` meant as PostgreSQL's
+    jsonb operator is a placeholder here: write ``jsonb_exists(...)``.)
+    Each distinct statement is rewritten once.
     """
+    text = sql.replace("%", "%%")
+    out: list[str] = []
+    at = 0
+    while True:
+        found = _CALLER_SQL.search(text, at)
+        if found is None:
+            out.append(text[at:])
+            return "".join(out)
+        out.append(text[at:found.start()])
+        if found.group("mark"):
+            out.append("%s")
+            at = found.end()
+        elif found.group("comment"):
+            end = _comment_end(text, found.start())
+            out.append(text[found.start():end])
+            at = end
+        else:
+            out.append(found.group(0))
+            at = found.end()
 
-    def replace(match: re.Match[str]) -> str:
-        text = match.group(0)
-        return text if text.startswith("'") else "%s"
 
-    return _QMARK.sub(replace, sql.replace("%", "%%"))
+def _comment_end(text: str, start: int) -> int:
+    """Where the ``/* */`` comment opened at ``start`` ends (PostgreSQL nests them)."""
+    depth, at = 0, start
+    while at < len(text):
+        if text.startswith("/*", at):
+            depth, at = depth + 1, at + 2
+        elif text.startswith("*/", at):
+            depth, at = depth - 1, at + 2
+            if depth == 0:
+                return at
+        else:
+            at += 1
+    return len(text)  # unterminated: the server will say so
 
 
 def schema_version(conn: Connection) -> int:
