@@ -19,7 +19,8 @@ NEEDS_A_MACHINE = [
         re.compile(
             r"\b(subprocess|multiprocessing|os\.fork|os\._exit|sys\.executable|signal)\b"
             # the demo's third message is completed by a child process that dies
-            r"|queue_core\.(testing|(app\.)?demo)\b"
+            # (app.crash_child); testing's fault plans are for such processes too
+            r"|queue_core\.(testing|(app\.)?demo|app\.crash_child)\b"
         ),
         "it starts other processes",
     ),
