@@ -8,11 +8,10 @@ instead. Redrive gives dead messages a new cycle.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from .errors import NotDead, UnknownEvent
-from .rules import LEASE_EXPIRED, check_count, lease_deadline
+from .rules import LEASE_EXPIRED, check_count
 from .scope import Scope
 from .transactions import Transactions, Tx
 from .values import Claimed, Lease, Message, new_lease_token
@@ -47,47 +46,52 @@ class Claiming:
         ``available_at, event_id``. A message whose last allowed claim expired
         goes to dead instead, and the search goes on.
         """
-        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
-        leases = self._claim_up_to(tx, 1, lease_seconds, tx.instant())
-        return leases[0] if leases else None
+        taken = self._claim(tx, 1, self._scope.lease_seconds_for(lease_seconds))
+        return taken[0].lease if taken else None
 
-    def _claim_up_to(
-        self, tx: Tx, count: int, lease_seconds: int, instant: float
-    ) -> list[Lease]:
-        """Lease the next ``count`` claimable messages, in claim order.
+    def _claim(self, tx: Tx, count: int, lease_seconds: int) -> list[Claimed]:
+        """The claim, the one every path runs: the next ``count`` claimable messages, leased.
 
-        It leases what ``count`` claims would lease.
-        One read finds the candidates. A candidate whose last allowed lease
-        ran out goes to dead (a silent death spent the budget), and the search
-        goes on past it. ``instant`` is the clock's reading: what has come is
-        decided on it rounded down, a new lease counts from it rounded up.
+        One statement chooses and leases them (``claim_messages``), so no
+        other claim can come between the choice and the lease; a candidate
+        whose last allowed lease ran out goes to dead in it (a silent death
+        spent the budget), and the search goes on past it. The clock is read
+        once: what has come is decided on it rounded down, a new lease counts
+        from it rounded up. One claim token for the whole claim.
         """
-        now, lease_until = math.floor(instant), lease_deadline(instant, lease_seconds)
-        token = new_lease_token()  # one per claim transaction: the generation names the row
-        leases: list[Lease] = []
-        while len(leases) < count:
-            rows = tx.ops.claim_candidates(tx.conn, self._scope.queue, now, count - len(leases))
-            self._scope.at("claim.after_read")
-            if not rows:
-                break
-            for event_id, attempts, generation, expired_at in rows:
-                # a leased candidate: its lease ran out
-                if attempts >= self._scope.max_attempts:
-                    tx.ops.expire_to_dead(
-                        tx.conn,
-                        self._scope.queue,
-                        event_id,
-                        LEASE_EXPIRED,
-                        f"the lease of claim {attempts} of {self._scope.max_attempts} "
-                        f"ended at {expired_at} with no completion",
+        token = new_lease_token()  # one per claim: the generation names the row
+        times = tx.times(lease_seconds)
+        claimed: list[Claimed] = []
+        while len(claimed) < count:
+            wanted = count - len(claimed)
+            taken = tx.ops.claim_messages(
+                tx.conn,
+                self._scope.queue,
+                wanted,
+                max_attempts=self._scope.max_attempts,
+                token=token,
+                times=times,
+                lease_expired=LEASE_EXPIRED,
+            )
+            # RETURNING gives no order: the claim order is available_at, event_id
+            if len(taken) > 1:
+                taken.sort(key=_claim_order)
+            for message in taken:
+                if message.state == "leased" and message.lease_until is not None:
+                    lease = Lease(
+                        message.event_id,
+                        message.generation,
+                        message.attempts,
+                        message.lease_until,
+                        token,
                     )
-                    self._scope.at("claim.after_expire")
-                    continue
-                lease = Lease(event_id, generation + 1, attempts + 1, lease_until, token)
-                tx.ops.lease(tx.conn, self._scope.queue, lease, expired=expired_at is not None)
-                self._scope.at("claim.after_update")
-                leases.append(lease)
-        return leases
+                    claimed.append(Claimed(lease, message))
+                    self._scope.at("claim.after_update")
+            # fewer rows than wanted: nothing more is claimable now (a full set
+            # with dead ones in it: look again)
+            if len(taken) < wanted:
+                break
+        return claimed
 
     # ------------------------------------------------ the worker's claim
 
@@ -124,41 +128,9 @@ class Claiming:
     def claim_messages_tx(
         self, tx: Tx, count: int, lease_seconds: int | None = None
     ) -> list[Claimed]:
-        """Lease up to ``count`` messages with ``claim_messages``, in claim order."""
+        """Lease up to ``count`` messages with their messages, in claim order."""
         check_count(count)
-        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
-        token = new_lease_token()  # one per claim transaction, as in claim
-        times = tx.times(lease_seconds)
-        claimed: list[Claimed] = []
-        while len(claimed) < count:
-            wanted = count - len(claimed)
-            taken = tx.ops.claim_messages(
-                tx.conn,
-                self._scope.queue,
-                wanted,
-                max_attempts=self._scope.max_attempts,
-                token=token,
-                times=times,
-                lease_expired=LEASE_EXPIRED,
-            )
-            # RETURNING gives no order: the claim order is available_at, event_id
-            if len(taken) > 1:
-                taken.sort(key=_claim_order)
-            for message in taken:
-                if message.state == "leased" and message.lease_until is not None:
-                    lease = Lease(
-                        message.event_id,
-                        message.generation,
-                        message.attempts,
-                        message.lease_until,
-                        token,
-                    )
-                    claimed.append(Claimed(lease, message))
-            # fewer rows than wanted: nothing more is claimable now (a full set
-            # with dead ones in it: look again, as claim does)
-            if len(taken) < wanted:
-                break
-        return claimed
+        return self._claim(tx, count, self._scope.lease_seconds_for(lease_seconds))
 
     # ------------------------------------------------------------- batches
 
@@ -185,8 +157,8 @@ class Claiming:
     ) -> list[Lease]:
         """``claim_many`` inside the caller's transaction."""
         check_count(count)
-        lease_seconds = self._scope.lease_seconds_for(lease_seconds)
-        return self._claim_up_to(tx, count, lease_seconds, tx.instant())
+        taken = self._claim(tx, count, self._scope.lease_seconds_for(lease_seconds))
+        return [claimed.lease for claimed in taken]
 
     # --------------------------------------------------------------- redrive
 

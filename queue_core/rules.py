@@ -30,16 +30,18 @@ LEASE_EXPIRED: Final = "lease_expired"
 # last_error of a handler that raised something unexpected
 HANDLER_ERROR: Final = "handler_error"
 
-# The named steps of each write operation, where a probe is called.
-_COMMON_STEPS = ("after_begin", "after_read", "before_commit", "after_commit")
+# The named steps of each write operation, where a probe is called: its
+# transaction's own, and those of its statements (a claim chooses and leases in
+# one statement, so it has no read of its own).
+_COMMON_STEPS = ("after_begin", "before_commit", "after_commit")
 _EXTRA_STEPS = {
-    "enqueue": ("after_insert",),
-    "claim": ("after_expire", "after_update"),
-    "complete": ("after_effect", "after_recheck", "after_update"),
-    "fail": ("after_update",),
-    "redrive": ("after_update",),
-    "extend": ("after_update",),
-    "release": ("after_update",),
+    "enqueue": ("after_read", "after_insert"),
+    "claim": ("after_update",),
+    "complete": ("after_read", "after_effect", "after_recheck", "after_update"),
+    "fail": ("after_read", "after_update"),
+    "redrive": ("after_read", "after_update"),
+    "extend": ("after_read", "after_update"),
+    "release": ("after_read", "after_update"),
 }
 # The batched path's transactions reach their messages' steps (claim.*,
 # complete.*) once per message, and these of their own.

@@ -118,8 +118,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         "claim_ignores_queue", S,
         (("WHERE queue = :queue AND state IN ('ready', 'leased')",
           "WHERE :queue <> '' AND state IN ('ready', 'leased')"),
-         ("    lease_token = :token\nWHERE queue = :queue AND event_id = :event_id;",
-          "    lease_token = :token\nWHERE :queue <> '' AND event_id = :event_id;"),
          ("WHERE queue = :queue AND event_id IN (",
           "WHERE :queue <> '' AND event_id IN (")),
         "a claim takes messages of any queue",

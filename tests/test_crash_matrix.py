@@ -87,7 +87,7 @@ def failures(rows: list[CrashRow]) -> str:
 
 
 def test_every_fault_point_is_crashed_at_both_ways(matrix: list[CrashRow]) -> None:
-    assert len(PROBE_POINTS) == 44  # 38 of the simple path (extend and release: 5 each), 3 of each batch operation's own
+    assert len(PROBE_POINTS) == 42  # 36 of the simple path (claim: 4, one statement; extend and release: 5 each), 3 of each batch operation's own
     assert uncovered_points(matrix) == set()
     ways = Counter((row.scenario, row.point, row.hit) for row in matrix)
     assert set(ways.values()) == {2}  # each case once by os._exit, once by SIGKILL
@@ -103,11 +103,10 @@ def test_every_point_of_a_batch_is_crashed_at_every_hit(matrix: list[CrashRow]) 
     assert len(batch_points) == 6
     assert batch_points <= {row.point for row in matrix if row.operation in BATCH_OPERATIONS}
     claims = Counter(row.label for row in matrix if row.scenario == "claim-many")
-    # claim_many(3): the first read finds E0001..E0003 (E0001 expires to dead, E0002 and E0003 are
-    # leased), the second read finds the one still wanted (E0004): two reads, three updates.
+    # claim_many(3): the first statement takes E0001..E0003 (E0001 expires to dead, E0002 and E0003
+    # are leased), the second takes the one still wanted (E0004): three leases.
     assert claims == Counter({label: 2 for label in (
-        "claim_many.after_begin", "claim.after_read #1", "claim.after_expire", "claim.after_update #1",
-        "claim.after_update #2", "claim.after_read #2", "claim.after_update #3",
+        "claim_many.after_begin", "claim.after_update #1", "claim.after_update #2", "claim.after_update #3",
         "claim_many.before_commit", "claim_many.after_commit")})
     completions = Counter(row.label for row in matrix if row.scenario == "complete-many")
     # complete_many of E0002 (done), E0001 (stale: refused before any point) and E0004 (refused by the handler).
@@ -254,8 +253,8 @@ def test_the_batch_child_takes_its_count_and_its_leases(tmp_path: Path) -> None:
     claimed = subprocess.run(child_command(db, "claim_many", count=3, lease_seconds=5, now=1000, trace=True),
                              capture_output=True, text=True, check=False)
     assert claimed.returncode == 0, claimed.stderr
-    # One read finds the three, then one update each.
-    assert claimed.stdout.split() == ["claim_many.after_begin", "claim.after_read"] + ["claim.after_update"] * 3 + [
+    # One statement leases the three.
+    assert claimed.stdout.split() == ["claim_many.after_begin"] + ["claim.after_update"] * 3 + [
         "claim_many.before_commit", "claim_many.after_commit"]
     # the leases as the child's claim made them: with the token it stored (one per claim)
     with closing(sqlite3.connect(db)) as conn:

@@ -109,9 +109,11 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     # The claim index leads with the queue now, and claim reads through it without a sort.
     new_index = select(v1, "SELECT sql FROM sqlite_master WHERE name = 'messages_claimable'")
     assert index_sql != [] and new_index != index_sql and "(queue, available_at, event_id)" in new_index[0][0]
-    claim = sqlite_engine.OPERATIONS.sql("claim_candidates")
-    plan = " ".join(r[3] for r in select(v1, "EXPLAIN QUERY PLAN " + claim.replace(":queue", "'default'")
-                                         .replace(":now", "5").replace(":wanted", "5")))
+    claim = sqlite_engine.OPERATIONS.sql("claim_messages")
+    for name, value in (("queue", "'default'"), ("now", "5"), ("until", "35"), ("wanted", "5"),
+                        ("max_attempts", "3"), ("token", "1"), ("lease_expired", "'lease_expired'")):
+        claim = claim.replace(f":{name}", value)
+    plan = " ".join(r[3] for r in select(v1, "EXPLAIN QUERY PLAN " + claim))
     assert "messages_claimable" in plan and "TEMP B-TREE" not in plan
     assert select(v1, "PRAGMA integrity_check") == [("ok",)]
     assert select(v1, "PRAGMA foreign_key_check") == []

@@ -304,8 +304,8 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
     for operation in ("enqueue", "claim", "complete", "now", "receipt"):
         assert real[operation] == stand_in[operation], operation
     # And the page's claims about them are not vacuous: they are the named statements.
-    assert real["claim"][0][0] == POSTGRESQL.sql("claim_candidates")
-    assert real["claim"][0][0].endswith(" FOR UPDATE SKIP LOCKED")
+    assert real["claim"][0][0] == POSTGRESQL.sql("claim_messages")
+    assert "FOR UPDATE SKIP LOCKED" in real["claim"][0][0]
     assert [sql for sql, _ in real["enqueue"][:2]] == [POSTGRESQL.sql("enqueue_turn"), POSTGRESQL.sql("enqueue_find")]
     assert real["enqueue"][0][0].startswith("SELECT pg_advisory_xact_lock(")
     assert POSTGRESQL.sql("lease_locked").endswith(" FOR UPDATE")

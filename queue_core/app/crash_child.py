@@ -25,7 +25,7 @@ application's handler (``queue_core.ledger``).
 
 A batch operation reaches its own points (``claim_many.after_begin``, ...) and,
 inside its one transaction, the points of its messages' operation once per
-message (``claim.after_read``, ``complete.after_effect``, ...): those are its
+message (``claim.after_update``, ``complete.after_effect``, ...): those are its
 points too, and ``--hit N`` picks the N-th message that reaches one. The
 leases of ``complete_many`` are completed in the order given.
 

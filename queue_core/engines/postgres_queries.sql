@@ -33,30 +33,6 @@ INSERT INTO messages (event_id, payload, state, available_at, enqueued_at, queue
 SELECT event ->> 0, event ->> 1, 'ready', %(available_at)s, %(now)s, %(queue)s
 FROM json_array_elements(CAST(%(events)s AS JSON)) AS event;
 
--- name: claim_candidates
--- The claimable messages in claim order: ready, or leased with its lease run out;
--- it skips rows another claim holds, and locks the rows it takes.
-SELECT event_id, attempts, generation, lease_until FROM messages
-WHERE queue = %(queue)s AND state IN ('ready', 'leased')
-  AND available_at <= %(now)s
-  AND (state = 'ready' OR lease_until <= %(now)s)
-ORDER BY available_at, event_id
-LIMIT %(wanted)s FOR UPDATE SKIP LOCKED;
-
--- name: claim_expired_to_dead
--- A candidate whose last allowed lease ran out: dead, with why.
-UPDATE messages SET state = 'dead', lease_until = NULL, last_error = %(code)s,
-  last_detail = %(detail)s, expired_leases = expired_leases + 1
-WHERE queue = %(queue)s AND event_id = %(event_id)s;
-
--- name: claim_lease
--- A candidate leased: the next attempt and generation, a new deadline and token.
-UPDATE messages
-SET state = 'leased', attempts = %(attempt)s, generation = %(generation)s,
-    lease_until = %(until)s, expired_leases = expired_leases + %(expired)s,
-    lease_token = %(token)s
-WHERE queue = %(queue)s AND event_id = %(event_id)s;
-
 -- name: claim_messages
 -- The worker's claim: chooses and leases up to wanted messages and returns them,
 -- in one statement; a candidate whose last lease ran out goes to dead instead.

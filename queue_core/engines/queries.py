@@ -113,27 +113,6 @@ class Operations:
 
     # --------------------------------------------------------------- claim
 
-    def claim_candidates(
-        self, conn: Connection, queue: str, now: int, wanted: int
-    ) -> list[tuple[str, int, int, int | None]]:
-        """The first ``wanted`` claimable messages: (event_id, attempts, generation, lease_until)."""
-        rows = conn.execute(self._q["claim_candidates"], {"queue": queue, "now": now, "wanted": wanted})
-        return [(row[0], row[1], row[2], row[3]) for row in rows.fetchall()]
-
-    def expire_to_dead(self, conn: Connection, queue: str, event_id: str, code: str, detail: str) -> None:
-        """A candidate whose last allowed lease ran out goes to dead."""
-        conn.execute(self._q["claim_expired_to_dead"], {
-            "queue": queue, "event_id": event_id, "code": code, "detail": detail,
-        })
-
-    def lease(self, conn: Connection, queue: str, lease: Lease, *, expired: bool) -> None:
-        """Give a candidate ``lease`` (``expired``: its former lease ran out)."""
-        conn.execute(self._q["claim_lease"], {
-            "queue": queue, "event_id": lease.event_id, "attempt": lease.attempt,
-            "generation": lease.generation, "until": lease.lease_until, "token": lease.token,
-            "expired": int(expired),
-        })
-
     def claim_messages(
         self, conn: Connection, queue: str, wanted: int, *, max_attempts: int, token: int,
         times: Times, lease_expired: str,

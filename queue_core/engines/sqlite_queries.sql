@@ -18,29 +18,6 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'ready',
        :available_at, :now, :queue
 FROM json_each(:events);
 
--- name: claim_candidates
--- The claimable messages in claim order: ready, or leased with its lease run out.
-SELECT event_id, attempts, generation, lease_until FROM messages
-WHERE queue = :queue AND state IN ('ready', 'leased')
-  AND available_at <= :now
-  AND (state = 'ready' OR lease_until <= :now)
-ORDER BY available_at, event_id
-LIMIT :wanted;
-
--- name: claim_expired_to_dead
--- A candidate whose last allowed lease ran out: dead, with why.
-UPDATE messages SET state = 'dead', lease_until = NULL, last_error = :code,
-  last_detail = :detail, expired_leases = expired_leases + 1
-WHERE queue = :queue AND event_id = :event_id;
-
--- name: claim_lease
--- A candidate leased: the next attempt and generation, a new deadline and token.
-UPDATE messages
-SET state = 'leased', attempts = :attempt, generation = :generation,
-    lease_until = :until, expired_leases = expired_leases + :expired,
-    lease_token = :token
-WHERE queue = :queue AND event_id = :event_id;
-
 -- name: claim_messages
 -- The worker's claim: chooses and leases up to :wanted messages and returns them,
 -- in one statement; a candidate whose last lease ran out goes to dead instead.

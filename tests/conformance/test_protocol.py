@@ -89,8 +89,9 @@ def test_claim_reads_through_the_partial_index(store: Store, db: Path) -> None:
     try:
         # the claim's own statement, in its queue
         plan = " ".join(row[3] for row in conn.execute(
-            "EXPLAIN QUERY PLAN " + SQLITE.sql("claim_candidates"),
-            {"queue": "default", "now": 5, "wanted": 1}))
+            "EXPLAIN QUERY PLAN " + SQLITE.sql("claim_messages"),
+            {"queue": "default", "now": 5, "until": 35, "lease_seconds": 30, "wanted": 1, "max_attempts": 3,
+             "token": 1, "lease_expired": "lease_expired"}))
     finally:
         conn.close()
     assert "messages_claimable" in plan
