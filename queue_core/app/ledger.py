@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..engines import script
+from ..engines import AppSchema
 from ..errors import PermanentFailure, WrongPath
 from ..store import Store
 from ..transactions import Tx
@@ -37,6 +37,8 @@ INVALID_PAYLOAD: Final = "invalid_payload"
 SCHEMA_FILE: Final = "ledger.sql"
 # the ledger's table, by the name of the engine it is created on
 SCHEMA_FILES: Final = {"sqlite": SCHEMA_FILE, "postgresql": "ledger_postgres.sql"}
+# the ledger's table, one file per engine: the engine picks its own
+SCHEMA: Final = AppSchema("queue_core.app", SCHEMA_FILES)
 
 
 @dataclass(frozen=True)
@@ -172,9 +174,7 @@ def install(store: Store) -> None:
 
 def install_tx(tx: Tx) -> None:
     """``install`` inside the caller's transaction."""
-    tx.engine.run_script(
-        tx.conn, script("queue_core.app", SCHEMA_FILES[tx.engine.name])
-    )
+    tx.engine.install(tx.conn, SCHEMA)
 
 
 def totals(store: Store) -> Totals:

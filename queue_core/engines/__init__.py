@@ -12,8 +12,9 @@ call these and never ask which engine they run on.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -128,6 +129,10 @@ class Engine(Protocol):
         """Run every statement of an SQL script inside the open transaction."""
         ...
 
+    def install(self, conn: Connection, schema: AppSchema) -> None:
+        """Run this engine's file of an application's schema inside the open transaction."""
+        ...
+
     def together(self, conn: Connection) -> AbstractContextManager[None]:
         """Statements of the block may go out together, unanswered until needed.
 
@@ -136,6 +141,19 @@ class Engine(Protocol):
         them. Where a statement costs no round trip (SQLite), nothing changes.
         """
         ...
+
+
+@dataclass(frozen=True)
+class AppSchema:
+    """An application's own tables beside the queue: one ``.sql`` file per engine.
+
+    The engine picks its own file (``Engine.install``), as River's drivers
+    each carry their own migrations: the application never asks which
+    engine it runs on, and the queue's schema never names its tables.
+    """
+
+    package: str  # where the files are, e.g. "queue_core.app"
+    files: Mapping[str, str]  # an engine's name -> its file of the package
 
 
 def engine_for(target: str | Path, *, busy_timeout_ms: int) -> Engine:

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from ..errors import StorageError, WrongPath
-from . import APPLICATION_ID, Connection, migration_blocked, migrations
+from . import APPLICATION_ID, AppSchema, Connection, migration_blocked, migrations, script
 from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("postgres_migrations")
@@ -392,6 +392,13 @@ class PostgresEngine:
         if not isinstance(conn, PostgresConnection):
             raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
         conn.execute_script(text)
+
+    def install(self, conn: Connection, schema: AppSchema) -> None:
+        if self.name not in schema.files:
+            raise StorageError(
+                f"{schema.package} has no schema file for {self.name}", code="storage_error"
+            )
+        self.run_script(conn, script(schema.package, schema.files[self.name]))
 
     def together(self, conn: Connection) -> AbstractContextManager[None]:
         if not isinstance(conn, PostgresConnection):

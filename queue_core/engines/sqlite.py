@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import StorageError, WrongPath
-from . import APPLICATION_ID, Connection, migration_blocked, migrations, sqlite_turn
+from . import APPLICATION_ID, AppSchema, Connection, migration_blocked, migrations, script, sqlite_turn
 from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("sqlite_migrations")
@@ -81,6 +81,13 @@ class SQLiteEngine:
     def run_script(self, conn: Connection, text: str) -> None:
         for statement in sql_statements(text):
             conn.execute(statement)
+
+    def install(self, conn: Connection, schema: AppSchema) -> None:
+        if self.name not in schema.files:
+            raise StorageError(
+                f"{schema.package} has no schema file for {self.name}", code="storage_error"
+            )
+        self.run_script(conn, script(schema.package, schema.files[self.name]))
 
     def together(self, conn: Connection) -> AbstractContextManager[None]:
         return contextlib.nullcontext()  # a statement here is a function call
