@@ -103,7 +103,8 @@ UPDATE messages SET lease_until = %(until)s
 WHERE queue = %(queue)s AND event_id = %(event_id)s
   AND generation = %(generation)s
   AND lease_token = %(token)s
-  AND state = 'leased' AND lease_until > %(now)s;
+  AND state = 'leased'
+  AND lease_until > coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT));
 
 -- name: message
 -- One message.
