@@ -235,7 +235,7 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
     batch = (LINE % ("E0001", 10000)).encode()
     # the claims' random token, fixed: both runs must send the same parameters,
     # and the stand-in's lease completes on the server
-    monkeypatch.setattr("queue_core.store.new_lease_token", lambda: 7)
+    monkeypatch.setattr("queue_core.claims.new_lease_token", lambda: 7)
     stand_in: dict[str, list[tuple[str, Any]]] = {}
     engine = PostgresEngine("postgresql://stand-in/db", busy_timeout_ms=1000)  # connects to nothing
     with Store(tmp_path / "queue.sqlite3", clock=ModelClock(1000)) as code_only:

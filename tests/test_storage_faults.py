@@ -57,7 +57,7 @@ LEASE = Lease("E0003", generation=1, attempt=1, lease_until=NOW + 100, token=424
 def fixed_lease_token(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every claim here draws LEASE's token: a file after an operation is compared
     with the same operation's result on a copy, value for value."""
-    monkeypatch.setattr("queue_core.store.new_lease_token", lambda: LEASE.token)
+    monkeypatch.setattr("queue_core.claims.new_lease_token", lambda: LEASE.token)
 
 
 
