@@ -73,7 +73,7 @@ from bench_postgres import PostgresDatabases  # noqa: E402
 from bench_sqlite import (  # noqa: E402,F401
     PEERS,
     QUEUES,
-    PerTransactionStore,
+    per_transaction_store,
     measure_bare,
     measure_claim_history,
     measure_claim_queues,

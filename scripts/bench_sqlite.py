@@ -61,10 +61,16 @@ class PerTransactionRunner(Transactions):
                 self._discard(conn)  # closed: the next transaction opens a new one
 
 
+def per_transaction_store(path: Path) -> Store:
+    """A store of ``path`` whose runner opens and closes a connection around each transaction."""
+    store = Store(path, clock=ModelClock(NOW), create=False)
+    store._runner.__class__ = PerTransactionRunner  # the same runner, with the old connection policy
+    return store
+
+
 def measure_per_transaction(folder: Path, messages: int) -> float:
     path = fresh_queue(folder, "per-tx", messages)
-    store, handler = Store(path, clock=ModelClock(NOW), create=False), Handler()
-    store._runner.__class__ = PerTransactionRunner  # the same runner, with the old connection policy
+    store, handler = per_transaction_store(path), Handler()
     with timed() as seconds:
         while (lease := store.claim(60)) is not None:
             store.complete(lease, handler)

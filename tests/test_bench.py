@@ -90,7 +90,7 @@ def test_the_per_transaction_store_really_closes_its_connection_after_each_trans
     bench = load_bench()
     path = bench.fresh_queue(tmp_path, "policy", 3)
     wal = path.with_name(path.name + "-wal")
-    store = bench.PerTransactionStore(path, clock=bench.ModelClock(bench.NOW), create=False)
+    store = bench.per_transaction_store(path)
     try:
         lease = store.claim(60)
         assert lease is not None
