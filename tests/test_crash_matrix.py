@@ -548,7 +548,8 @@ def test_the_fingerprint_changes_with_the_protocol_the_schemas_and_the_proof_mac
     monkeypatch.setattr(records, "PROOF", proof_copy)
     original = records.fingerprint()
     assert original == records.fingerprint()
-    for name in ("store.py", "completion.py", "engines/sqlite_queries.sql", "app/ledger.sql",
+    for name in ("store.py", "completion.py", "engines/sqlite_queries.sql",
+                 "app/ledger_migrations/sqlite/0001_effects.sql",
                  "engines/sqlite_migrations/0002_details_and_receipts.sql",
                  "engines/postgres_migrations/0003_metrics_and_prune.sql", "app/crash_child.py",
                  "../proof/matrix.py", "../proof/invariants.py"):

@@ -28,6 +28,7 @@ from queue_core import (
     ledger,
     receipts,
 )
+from queue_core import engines
 from queue_core.engines import sqlite as sqlite_engine
 
 from .support import line
@@ -91,9 +92,9 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     with Store(v1, clock=ModelClock(1000)):
         # The migration is checkpointed at once: the new version is in the file itself
         # while the store is still open, not only in its WAL.
-        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 5
-    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 5
-    assert select(v1, "PRAGMA user_version") == [(5,)]
+        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 6
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 6
+    assert select(v1, "PRAGMA user_version") == [(6,)]
     assert select(v1, "PRAGMA application_id") == [(sqlite_engine.APPLICATION_ID,)]
     assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS, "queue",
                                       "lease_token"]
@@ -380,7 +381,7 @@ def test_a_version_3_file_moves_to_named_queues_keeping_every_row(tmp_path: Path
     before, effects = select(path, every), select(path, "SELECT * FROM effects ORDER BY event_id")
     assert header_version(path) == 3 and before and effects
     with Store(path, clock=ModelClock(1200)) as store:
-        assert header_version(path) == 5
+        assert header_version(path) == 6
         # every row as it was, in the default queue, which keeps the teaching rule
         # (and, claimed before version 5, with no lease token)
         assert select(path, every) == [(*row, "default", 0) for row in before]
@@ -423,6 +424,28 @@ def test_a_table_of_yours_keyed_on_the_old_id_stops_the_migration_untouched(tmp_
     assert header_version(path) == sqlite_engine.SCHEMA_VERSION
 
 
+def test_the_ledgers_effects_move_only_because_its_line_is_registered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine knows no ledger: with no line registered, its effects is a table
+    # like any other that references messages, and stops the migration.
+    path = make_v3(tmp_path / "v3.sqlite3")
+    before = fingerprint(path)
+    monkeypatch.setattr(engines, "LINES", {})
+    with pytest.raises(WrongPath) as blocked:
+        Store(path, clock=ModelClock(1000))
+    assert blocked.value.code == "migration_blocked" and "table effects" in blocked.value.message
+    assert fingerprint(path)[:2] == before[:2] and header_version(path) == 3
+    # registered again (as importing queue_core.app.ledger does), the file migrates
+    engines.register_line(ledger.LINE)
+    with Store(path, clock=ModelClock(1000)) as store:
+        assert header_version(path) == sqlite_engine.SCHEMA_VERSION
+        assert ledger.effects(store) == select(path, "SELECT event_id, category, amount_cents FROM effects")
+        # the core step moved the table; install then adopts it at the line's version 1
+        assert store.read(lambda view: view.ops.line_version(view.conn, "ledger")) == 0
+        ledger.install(store)
+        assert store.read(lambda view: view.ops.line_version(view.conn, "ledger")) == 1
+
+
 # ------------------------------------------------------- version 5: lease tokens
 
 def make_v4(path: Path, clock: ModelClock) -> tuple[Path, Lease]:
@@ -454,7 +477,7 @@ def test_a_version_4_file_gets_lease_tokens_and_its_leases_still_complete(tmp_pa
     assert header_version(path) == 4 and "lease_token" not in columns(path, "messages")
     with Store(path, clock=clock) as store:
         ledger.install(store)
-        assert header_version(path) == sqlite_engine.SCHEMA_VERSION == 5
+        assert header_version(path) == sqlite_engine.SCHEMA_VERSION == 6
         assert columns(path, "messages")[-1] == "lease_token"
         assert select(path, "SELECT * FROM messages ORDER BY event_id") == [(*row, 0) for row in before]
         # a lease a version-4 worker holds (token 0, as the row's) still completes

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "queue_core"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 # The reference application's tables, and each engine's numbered migrations (relative to the package).
-LEDGER_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("app/*.sql"))
+LEDGER_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("app/ledger_migrations/*/*.sql"))
 MIGRATION_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("engines/*_migrations/*.sql"))
 # each engine's named statements (engines/queries.py loads them)
 QUERY_FILES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("engines/*_queries.sql"))
@@ -153,7 +153,9 @@ def test_the_long_description_is_the_readme(built: Built) -> None:
 
 
 def test_the_schema_files_the_marker_and_every_module_are_inside(built: Built) -> None:
-    assert LEDGER_FILES == ["app/ledger.sql", "app/ledger_postgres.sql"]
+    # the reference application's migration line: version 1 on each engine, and its steps
+    assert {"app/ledger_migrations/sqlite/0001_effects.sql",
+            "app/ledger_migrations/postgresql/0001_effects.sql"} <= set(LEDGER_FILES), LEDGER_FILES
     assert QUERY_FILES == ["engines/postgres_queries.sql", "engines/sqlite_queries.sql"]
     # SQLite's migrations from version 1, PostgreSQL's from 2 (its support began there), with no gap
     for folder, first in (("sqlite_migrations", 1), ("postgres_migrations", 2)):

@@ -459,6 +459,26 @@ def test_a_version_3_database_moves_to_named_queues_keeping_every_row(url: str, 
         assert keys == [("FOREIGN KEY (queue, event_id) REFERENCES messages(queue, event_id)",)]
 
 
+def test_the_ledgers_effects_move_only_because_its_line_is_registered(
+        url: str, clock: ModelClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    from queue_core import engines
+
+    make_v3(url)
+    monkeypatch.setattr(engines, "LINES", {})  # the engine knows no ledger
+    with pytest.raises(StorageError) as blocked:
+        Store(url, clock=clock, create=False)
+    assert blocked.value.code == "migration_blocked" and "table effects" in blocked.value.message
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (3,)
+    engines.register_line(ledger.LINE)
+    with Store(url, clock=clock, create=False) as store:
+        assert ledger.effects(store) == [("E0001", "book", 100)]
+        ledger.install(store)  # adopted at the line's version 1
+        assert store.read(lambda view: view.ops.line_version(view.conn, "ledger")) == 1
+
+
 def test_a_version_2_database_moves_to_the_current_version_and_no_row_changes_meaning(url: str, clock: ModelClock) -> None:
     import psycopg
 
@@ -502,7 +522,7 @@ def test_a_version_4_database_gets_lease_tokens_and_its_leases_still_complete(ur
         assert fresh is not None and fresh.token != 0
         assert store.complete(fresh, Handler()).outcome is Outcome.DONE
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION,) == (5,)
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION,) == (6,)
         assert conn.execute("SELECT event_id, lease_token FROM messages ORDER BY 1").fetchall() == [
             ("E0001", 0), ("E0002", fresh.token)]
         with pytest.raises(psycopg.errors.CheckViolation):

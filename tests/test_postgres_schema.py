@@ -1,4 +1,4 @@
-"""The PostgreSQL schema (the engine's numbered migrations, ledger_postgres.sql) against a real server.
+"""The PostgreSQL schema (the engine's numbered migrations, the ledger's line) against a real server.
 
 Every test gets a fresh database of the session's throwaway cluster
 (tests/postgres_server.py); nothing is mocked. The impossible rows are the
@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from importlib import resources
 from typing import Any
 
 import pytest
@@ -28,18 +27,15 @@ from queue_core.envelope import canonical_json
 from queue_core.engines import sqlite as sqlite_engine
 
 from queue_core.engines import APPLICATION_ID
-from queue_core.engines.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresEngine
+from queue_core.app.ledger import LINE
+from queue_core.engines.postgres import MIGRATIONS, OPERATIONS, SCHEMA_VERSION, PostgresEngine
 
 from .postgres_server import Cluster
 
-LEDGER = "ledger_postgres.sql"
-# The SQLite schema: the queue's migrations in order, then the ledger.
-SQLITE_SCRIPTS = (*sqlite_engine.MIGRATIONS.values(), resources.files("queue_core.app").joinpath(
-    "ledger.sql").read_text(encoding="utf-8"))
-
-
-def text_of(name: str) -> str:
-    return resources.files("queue_core.app").joinpath(name).read_text(encoding="utf-8")
+# The ledger's migration line on PostgreSQL, its files in order as one text.
+LEDGER = "\n".join(LINE.migrations("postgresql").values())
+# The SQLite schema: the queue's migrations in order, then the ledger's line.
+SQLITE_SCRIPTS = (*sqlite_engine.MIGRATIONS.values(), *LINE.migrations("sqlite").values())
 
 
 def pg() -> Any:
@@ -63,12 +59,24 @@ def create_queue(dsn: str) -> None:
         conn.close()
 
 
-def apply(conn: Any, *names: str, split: bool = False) -> None:
-    """Run the files in one transaction: each as one text, or statement by statement like the SQLite files."""
+def apply(conn: Any, *texts: str, split: bool = False) -> None:
+    """Run the texts in one transaction: each whole, or statement by statement like the SQLite files."""
     with conn.transaction():
-        for name in names:
-            for statement in sqlite_engine.sql_statements(text_of(name)) if split else [text_of(name)]:
+        for text in texts:
+            for statement in sqlite_engine.sql_statements(text) if split else [text]:
                 conn.execute(statement)
+
+
+def install_ledger(dsn: str) -> None:
+    """What ledger.install writes: the line through the engine (its turn, its files, its version)."""
+    engine = PostgresEngine(dsn, busy_timeout_ms=30_000)
+    conn = engine.connect()
+    try:
+        conn.execute("BEGIN")
+        engine.install(conn, LINE)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
 
 
 @pytest.fixture
@@ -127,7 +135,8 @@ def test_a_queue_opened_again_and_the_ledger_applied_again_change_nothing(postgr
     apply(pg_conn, LEDGER, split=True)  # again, statement by statement (sqlite_engine.sql_statements)
     apply(pg_conn, LEDGER)
     assert catalog(pg_conn) == first
-    assert {row[0] for row in first["columns"]} == {"messages", "receipts", "effects", "queues", "queue_core_schema"}
+    assert {row[0] for row in first["columns"]} == {"messages", "receipts", "effects", "queues", "queue_core_schema",
+                                                    "migration_lines"}
     assert pg_conn.execute("SELECT count(*) FROM queue_core_schema").fetchone()[0] == 1
 
 
@@ -135,7 +144,7 @@ def test_the_queue_schema_alone_has_no_ledger(postgres_dsn: str, pg_conn: Any) -
     # As on SQLite: the effects table is the reference application's, installed separately.
     create_queue(postgres_dsn)
     tables = {r[0] for r in pg_conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-    assert tables == {"messages", "receipts", "queues", "queue_core_schema"}
+    assert tables == {"messages", "receipts", "queues", "queue_core_schema", "migration_lines"}
 
 
 def test_the_schema_version_row_says_the_package_s_version(postgres_dsn: str, pg_conn: Any) -> None:
@@ -150,10 +159,10 @@ def test_the_schema_version_row_says_the_package_s_version(postgres_dsn: str, pg
         with pytest.raises(pg().errors.IntegrityError):
             with pg_conn.transaction():
                 pg_conn.execute(sql)
-    # The ledger's file takes the one advisory lock whose key is the application id;
+    # A line's install takes the one advisory lock whose key is the application id;
     # the engine takes it around the migrations (the files themselves take none).
-    assert re.findall(r"pg_advisory_xact_lock\((\d+)\)", text_of(LEDGER)) == [str(APPLICATION_ID)]
-    assert not any("pg_advisory" in text for text in MIGRATIONS.values())
+    assert re.findall(r"pg_advisory_xact_lock\((\d+)\)", OPERATIONS.sql("line_turn")) == [str(APPLICATION_ID)]
+    assert not any("pg_advisory" in text for text in [*MIGRATIONS.values(), LEDGER])
 
 
 def _in_thread(work: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
@@ -198,10 +207,9 @@ def test_the_schema_applies_from_two_connections_at_once(postgres_dsn: str) -> N
     barrier = threading.Barrier(2)
 
     def create() -> None:
-        with connect(postgres_dsn) as conn:
-            barrier.wait()
-            create_queue(postgres_dsn)
-            apply(conn, LEDGER)
+        barrier.wait()
+        create_queue(postgres_dsn)
+        install_ledger(postgres_dsn)
 
     runs = [_in_thread(create) for _ in range(2)]
     for thread, _ in runs:
@@ -209,6 +217,7 @@ def test_the_schema_applies_from_two_connections_at_once(postgres_dsn: str) -> N
     assert [errors for _, errors in runs] == [[], []]
     with connect(postgres_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM queue_core_schema").fetchone()[0] == 1
+        assert conn.execute("SELECT line, version FROM migration_lines").fetchall() == [("ledger", 1)]
 
 
 def test_the_advisory_lock_makes_a_second_creator_wait_for_the_first(postgres_dsn: str) -> None:
@@ -251,13 +260,14 @@ def test_without_the_advisory_lock_a_concurrent_creator_fails(postgres_dsn: str)
 
 # ------------------------------------------------------------ the constraints
 
-# What both engines hold before each case: a done message, its effect and a receipt.
+# What both engines hold before each case: a done message, its effect, a receipt, a queue, a line.
 SETUP = (
     "INSERT INTO messages (event_id, payload, state, attempts, generation, available_at)"
     " VALUES ('E0001', '{\"amount_cents\":100,\"category\":\"book\"}', 'done', 1, 1, 1000)",
     "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'book', 100)",
     "INSERT INTO receipts (tenant, operation, payload, effect) VALUES ('north', 'op-1', '{\"cents\":500}', 'E0001')",
     "INSERT INTO queues VALUES ('other', '.+', 3, 30, 10000)",  # a queue of your own ids (version 4)
+    "INSERT INTO migration_lines VALUES ('ledger', 1)",  # the ledger's line (version 6)
 )
 
 MSG = "INSERT INTO messages (event_id, payload, state, available_at"
@@ -291,7 +301,7 @@ IMPOSSIBLE = [
     ("INSERT INTO receipts VALUES ('', 'op', '{}', 'e')", "CheckViolation", "receipts_tenant_length"),
     ("INSERT INTO receipts VALUES ('t', 'op', 'not json', 'e')", "CheckViolation", "receipts_payload_json"),
     ("INSERT INTO receipts VALUES ('t', 'op', '{}', '')", "CheckViolation", "receipts_effect_nonempty"),
-    # Every other CHECK of schema.sql, receipts.sql and ledger.sql, each refusing its row.
+    # Every other CHECK of the queue's migrations and the ledger's line, each refusing its row.
     (f"{MSG}) VALUES ('E0001', '{{}}', 'ready', 0)", "UniqueViolation", "messages_pkey"),
     (f"{MSG}) VALUES ('E00091', '{{}}', 'ready', 0)", "CheckViolation", "messages_event_id_format"),
     (f"{MSG}) VALUES ('e0009', '{{}}', 'ready', 0)", "CheckViolation", "messages_event_id_format"),
@@ -366,6 +376,11 @@ IMPOSSIBLE = [
     (f"{MSG}, queue) VALUES (repeat('j', 201), '{{}}', 'ready', 0, 'other')", "CheckViolation",
      "messages_event_id_length"),
     (f"{MSG}) VALUES ('job-1', '{{}}', 'ready', 0)", "CheckViolation", "messages_event_id_format"),  # default's rule
+    # Version 6: one version per migration line, from 1.
+    ("INSERT INTO migration_lines VALUES ('ledger', 2)", "UniqueViolation", "migration_lines_pkey"),
+    ("INSERT INTO migration_lines VALUES ('', 1)", "CheckViolation", "migration_lines_line_length"),
+    ("INSERT INTO migration_lines VALUES (repeat('l', 201), 1)", "CheckViolation", "migration_lines_line_length"),
+    ("INSERT INTO migration_lines VALUES ('shop', 0)", "CheckViolation", "migration_lines_version_positive"),
 ]
 
 

@@ -74,7 +74,7 @@ def test_readme_module_table_matches_the_package() -> None:
                 folder = token.rsplit("/", 1)[0] + "/" if not token.endswith("/") else ""
                 named.add(token)
             elif folder:
-                named.add(folder + token)  # `ledger.py`, `ledger.sql`: the same folder as the path before
+                named.add(folder + token)  # `sqlite_queries.sql` after `queue_core/engines/queries.py`: the same folder
     for path in named:
         assert (ROOT / path).exists(), f"README names {path}, which does not exist"
     package = ROOT / "queue_core"

@@ -1,7 +1,8 @@
 """The reference application: an application built on the queue, as yours would be.
 
-* ``ledger``: money by category, the effect the chapters write (its table in
-  ``ledger.sql`` and ``ledger_postgres.sql``), and its handler;
+* ``ledger``: money by category, the effect the chapters write (its table a
+  migration line, ``ledger_migrations/``, one folder per engine), and its
+  handler;
 * ``demo``: the reference batch run end to end (``queue-core demo``);
 * ``lab``: the seeds' receipts lab (``queue-core lab``);
 * ``crash_child``: ``python -m queue_core.app.crash_child``, a real process

@@ -1,13 +1,13 @@
 """The reference application: paid goods summed by category, one effect per event.
 
 This is *an application of* the queue, not part of it: the store never
-mentions it. It owns its table (``ledger.sql``: ``effects``), its business
-rules and its reads, and plugs into the protocol the way a reader's own
-application would, as a handler that writes through the transaction it is
-given::
+mentions it. It owns its table (``effects``, the migration line ``LINE``:
+numbered files per engine in ``ledger_migrations/``), its business rules and
+its reads, and plugs into the protocol the way a reader's own application
+would, as a handler that writes through the transaction it is given::
 
     store = Store("shop.sqlite3")
-    ledger.install(store)                 # the effects table, once
+    ledger.install(store)                 # the effects table, up to its newest version
     store.complete(lease, Handler())      # effect + re-check + ACK, one transaction
     ledger.totals(store).total_cents     # the money; ledger.report adds the counts
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..engines import AppSchema
+from ..engines import MigrationLine, register_line
 from ..errors import PermanentFailure, WrongPath
 from ..store import Store
 from ..transactions import Tx
@@ -34,11 +34,15 @@ DEFAULT_CATEGORIES: Final = frozenset({"book", "pen", "bag"})
 MIN_AMOUNT_CENTS: Final = 1
 MAX_AMOUNT_CENTS: Final = 9_999_999
 INVALID_PAYLOAD: Final = "invalid_payload"
-SCHEMA_FILE: Final = "ledger.sql"
-# the ledger's table, by the name of the engine it is created on
-SCHEMA_FILES: Final = {"sqlite": SCHEMA_FILE, "postgresql": "ledger_postgres.sql"}
-# the ledger's table, one file per engine: the engine picks its own
-SCHEMA: Final = AppSchema("queue_core.app", SCHEMA_FILES)
+# The ledger's table as a migration line: numbered files per engine, the engine
+# picks its own. Registered on import, so that opening a queue older than
+# version 4 moves the ledger's effects along (its core_0004 steps).
+LINE: Final = register_line(MigrationLine(
+    "ledger",
+    "queue_core.app",
+    {"sqlite": "ledger_migrations/sqlite", "postgresql": "ledger_migrations/postgresql"},
+    frozenset({"effects"}),
+))
 
 
 @dataclass(frozen=True)
@@ -149,14 +153,14 @@ class Handler:
 
 
 def install(store: Store) -> None:
-    """Create the ledger's table in the queue's file if it is not there yet.
+    """Move the ledger's migration line to its newest version in the queue's database.
 
-    One transaction.
-
-    A file that has it is only read (a snapshot never waits for the write
-    lock), so ``queue-core work`` can start while another process holds it.
+    One transaction: the line's migrations above its recorded version, and
+    the new version. A database at the newest version is only read (a
+    snapshot never waits for the write lock), so ``queue-core work`` can
+    start while another process holds it.
     """
-    if store.read(installed_tx):
+    if store.read(current_tx):
         return
 
     def create(tx: Tx) -> None:
@@ -174,7 +178,12 @@ def install(store: Store) -> None:
 
 def install_tx(tx: Tx) -> None:
     """``install`` inside the caller's transaction."""
-    tx.engine.install(tx.conn, SCHEMA)
+    tx.engine.install(tx.conn, LINE)
+
+
+def current_tx(view: Tx) -> bool:
+    """Whether the ledger's line is at its newest version here, no newer (writes nothing)."""
+    return view.ops.line_version(view.conn, LINE.name) == LINE.newest(view.engine.name)
 
 
 def totals(store: Store) -> Totals:
@@ -238,7 +247,10 @@ def has_effect(tx: Tx, event_id: str) -> bool:
 
 
 def installed(store: Store) -> bool:
-    """Whether the ledger's table is in the queue's database (``install`` made it)."""
+    """Whether the ledger's table is in the queue's database (``install`` made it).
+
+    A table made before migration lines existed counts: ``install`` adopts it.
+    """
     return store.read(installed_tx)
 
 

@@ -26,26 +26,21 @@ from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from ..errors import StorageError, WrongPath
-from . import APPLICATION_ID, AppSchema, Connection, migration_blocked, migrations, script
+from . import (
+    APPLICATION_ID,
+    REKEYED,
+    Connection,
+    MigrationLine,
+    core_steps,
+    install_line,
+    lines_moving,
+    migrations,
+)
 from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("postgres_migrations")
 OPERATIONS: Final = Operations(load(__package__, "postgres_queries.sql"))
 SCHEMA_VERSION: Final = max(MIGRATIONS)
-# The reference ledger's effects moved to version 4 (queue_core/app/ledger_postgres.sql):
-# before migration 4 its key leaves the old message key free, after it the
-# foreign key names the new one.
-LEDGER_V4_BEFORE: Final = """
-ALTER TABLE effects DROP CONSTRAINT effects_event_id_fkey;
-ALTER TABLE effects ADD COLUMN queue TEXT COLLATE "C" NOT NULL DEFAULT 'default';
-ALTER TABLE effects DROP CONSTRAINT effects_pkey;
-ALTER TABLE effects ADD CONSTRAINT effects_pkey PRIMARY KEY (queue, event_id);
-"""
-LEDGER_V4_AFTER: Final = """
-ALTER TABLE effects ADD CONSTRAINT effects_event_id_fkey FOREIGN KEY (queue, event_id)
-    REFERENCES messages (queue, event_id);
-"""
-
 # A dead link raises connection_lost within about a minute, not never; a URL's own win.
 CONNECT_DEFAULTS: Final = {
     "connect_timeout": "10",
@@ -320,14 +315,14 @@ class PostgresEngine:
                     "use another database or schema",
                     code="not_a_queue_database",
                 )
-            ledger = 0 < found < 4 and self._keyed_by_event_id(conn)
-            if ledger:
-                self.run_script(conn, LEDGER_V4_BEFORE)
+            moving = (lines_moving(self.where, self.name, self._referencing_messages(conn), REKEYED)
+                      if 0 < found < REKEYED else [])
             for target, text in MIGRATIONS.items():
                 if target > found:
-                    self.run_script(conn, text)
-            if ledger:
-                self.run_script(conn, LEDGER_V4_AFTER)
+                    for script in (core_steps(moving, self.name, target, "before"), text,
+                                   core_steps(moving, self.name, target, "after")):
+                        if script:
+                            self.run_script(conn, script)
             conn.execute(
                 "INSERT INTO queue_core_schema (application_id, version) "
                 "VALUES (%s, %s) ON CONFLICT (singleton) "
@@ -340,22 +335,18 @@ class PostgresEngine:
                 conn.execute("ROLLBACK")
             raise
 
-    def _keyed_by_event_id(self, conn: Connection) -> bool:
-        """Whether the reference ledger's ``effects`` must move to (queue, event_id).
+    def _referencing_messages(self, conn: Connection) -> list[str]:
+        """The tables whose foreign keys reference ``messages``.
 
         Version 4 keys a message by (queue, event_id), and the old key cannot
-        go while a foreign key depends on it. The ledger's own key moves with
-        the migration; any other table is refused by name, nothing changed.
+        go while a foreign key depends on it, unless the table's migration
+        line moves it (``lines_moving``).
         """
-        children = conn.execute(
-            "SELECT conrelid::regclass::text, conname FROM pg_constraint "
-            "WHERE contype = 'f' AND confrelid = 'messages'::regclass"
+        rows = conn.execute(
+            "SELECT DISTINCT conrelid::regclass::text FROM pg_constraint "
+            "WHERE contype = 'f' AND confrelid = 'messages'::regclass ORDER BY 1"
         ).fetchall()
-        others = [table for table, name in children
-                  if (table, name) != ("effects", "effects_event_id_fkey")]
-        if others:
-            raise migration_blocked(self.where, others[0])
-        return bool(children)
+        return [str(table) for (table,) in rows]
 
     def connect(self) -> PostgresConnection:
         return PostgresConnection(self.url, busy_timeout_ms=self.busy_timeout_ms)
@@ -393,12 +384,8 @@ class PostgresEngine:
             raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
         conn.execute_script(text)
 
-    def install(self, conn: Connection, schema: AppSchema) -> None:
-        if self.name not in schema.files:
-            raise StorageError(
-                f"{schema.package} has no schema file for {self.name}", code="storage_error"
-            )
-        self.run_script(conn, script(schema.package, schema.files[self.name]))
+    def install(self, conn: Connection, line: MigrationLine) -> None:
+        install_line(self, conn, line)
 
     def together(self, conn: Connection) -> AbstractContextManager[None]:
         if not isinstance(conn, PostgresConnection):

@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import StorageError, WrongPath
-from . import APPLICATION_ID, AppSchema, Connection, migration_blocked, migrations, script, sqlite_turn
+from . import (
+    APPLICATION_ID,
+    REKEYED,
+    Connection,
+    MigrationLine,
+    core_steps,
+    install_line,
+    lines_moving,
+    migrations,
+    sqlite_turn,
+)
 from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("sqlite_migrations")
@@ -82,12 +92,8 @@ class SQLiteEngine:
         for statement in sql_statements(text):
             conn.execute(statement)
 
-    def install(self, conn: Connection, schema: AppSchema) -> None:
-        if self.name not in schema.files:
-            raise StorageError(
-                f"{schema.package} has no schema file for {self.name}", code="storage_error"
-            )
-        self.run_script(conn, script(schema.package, schema.files[self.name]))
+    def install(self, conn: Connection, line: MigrationLine) -> None:
+        install_line(self, conn, line)
 
     def together(self, conn: Connection) -> AbstractContextManager[None]:
         return contextlib.nullcontext()  # a statement here is a function call
@@ -243,9 +249,10 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     after N. The version is read again under the write lock, since another
     process may have created or migrated the file meanwhile.
     """
-    # Migration 4 rebuilds tables that others reference: SQLite's procedure for
-    # that runs with foreign keys off (a pragma that cannot change inside a
-    # transaction) and checks every key before COMMIT.
+    # Migration 4 rebuilds tables that others reference (and a line's step
+    # rebuilds its own): SQLite's procedure for that runs with foreign keys off
+    # (a pragma that cannot change inside a transaction) and checks every key
+    # before COMMIT.
     conn.execute("PRAGMA foreign_keys = OFF")
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -256,14 +263,14 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
                 f"this queue_core knows up to {SCHEMA_VERSION}",
                 code="schema_too_new",
             )
-        ledger = 0 < version < 4 and _keyed_by_event_id(conn, path)
+        moving = (lines_moving(path, SQLiteEngine.name, _referencing_messages(conn), REKEYED)
+                  if 0 < version < REKEYED else [])
         for target, text in MIGRATIONS.items():
             if target > version:
-                for statement in sql_statements(text):
-                    conn.execute(statement)
-        if ledger:
-            for statement in sql_statements(LEDGER_V4):
-                conn.execute(statement)
+                for script in (core_steps(moving, SQLiteEngine.name, target, "before"), text,
+                               core_steps(moving, SQLiteEngine.name, target, "after")):
+                    for statement in sql_statements(script):
+                        conn.execute(statement)
         broken = conn.execute("PRAGMA foreign_key_check").fetchall()
         if broken:
             raise StorageError(
@@ -287,18 +294,17 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute("PRAGMA foreign_keys = ON")
 
 
-def _keyed_by_event_id(conn: sqlite3.Connection, path: Path) -> bool:
-    """Whether the reference ledger's ``effects`` must move to (queue, event_id).
+def _referencing_messages(conn: sqlite3.Connection) -> list[str]:
+    """The tables whose foreign keys reference ``messages``.
 
     Version 4 keys a message by (queue, event_id): a table that references
-    messages (event_id) alone would no longer find a unique key there. The
-    ledger's own table moves with the migration; any other is refused by name,
-    with nothing changed, for its owner to move.
+    messages (event_id) alone would no longer find a unique key there, unless
+    its migration line moves it (``lines_moving``).
     """
-    children = [
+    return [
         name
         for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'"
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
         ).fetchall()
         if any(
             key[2] == "messages"
@@ -307,29 +313,6 @@ def _keyed_by_event_id(conn: sqlite3.Connection, path: Path) -> bool:
             ).fetchall()
         )
     ]
-    others = [name for name in children if name != "effects"]
-    if others:
-        raise migration_blocked(path, others[0])
-    return bool(children)
-
-
-# The reference ledger's effects at version 4 (queue_core/app/ledger.sql).
-LEDGER_V4: Final = """
-CREATE TABLE effects_v4 (
-    -- first: SQLite 3.40's integrity_check misreads a WITHOUT ROWID table
-    -- whose key columns come after others
-    queue        TEXT    NOT NULL DEFAULT 'default',
-    event_id     TEXT    NOT NULL,
-    category     TEXT    NOT NULL CHECK (length(category) > 0),
-    amount_cents INTEGER NOT NULL CHECK (amount_cents > 0),
-    PRIMARY KEY (queue, event_id),
-    FOREIGN KEY (queue, event_id) REFERENCES messages (queue, event_id)
-) STRICT, WITHOUT ROWID;
-INSERT INTO effects_v4 (event_id, category, amount_cents, queue)
-SELECT event_id, category, amount_cents, 'default' FROM effects;
-DROP TABLE effects;
-ALTER TABLE effects_v4 RENAME TO effects;
-"""
 
 
 def table_exists(conn: Connection, name: str) -> bool:

@@ -529,16 +529,17 @@ def tables(db: Path) -> dict[str, int]:
 
 def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock) -> None:
     queue = Store(db, clock=clock)
-    # Schema version 4: the queue's own tables are messages, receipts and queues;
-    # the ledger's effects table is the reference application's, added by ledger.install.
-    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1}
+    # Schema version 6: the queue's own tables are messages, receipts, queues and
+    # migration_lines; the ledger's effects table is the reference application's,
+    # added by ledger.install.
+    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "migration_lines": 1}
     ledger.install(queue)
     ledger.install(queue)  # idempotent
     with closing(sqlite3.connect(db)) as conn:
         columns = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")]
                    for t in ("messages", "effects", "queues")}
         fks = conn.execute("PRAGMA foreign_key_list(effects)").fetchall()
-    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "effects": 1}
+    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "migration_lines": 1, "effects": 1}
     # the queue (version 4) and the lease's token (version 5) come last: a row
     # of version 3 reads as before
     assert columns["messages"] == ["event_id", "payload", "state", "attempts", "generation",

@@ -1,14 +1,12 @@
--- The ledger for PostgreSQL (ledger.sql on SQLite): the reference
--- application's effect, one row per paid event. It belongs to the
--- application, not to the queue: the queue's migrations never mention it. The
--- foreign key ties an effect to the message that made it; the primary key
+-- The ledger for PostgreSQL, version 1 (sqlite/0001_effects.sql on SQLite):
+-- the reference application's effect, one row per paid event. It belongs to
+-- the application, not to the queue: the queue's migrations never mention it.
+-- The foreign key ties an effect to the message that made it; the primary key
 -- makes a second effect for one event (of one queue) unstorable.
---
--- Run it in one transaction once the queue exists (Store(url) creates it):
--- the advisory lock the queue's migrations run under makes concurrent
--- installs take turns.
-
-SELECT pg_advisory_xact_lock(1363373938);
+-- IF NOT EXISTS: a database whose effects was made before migration lines
+-- existed is adopted at version 1. The engine runs it inside the installing
+-- transaction, under the schema's advisory lock, so concurrent installs take
+-- turns.
 
 CREATE TABLE IF NOT EXISTS effects (
     -- first, as on SQLite (a database of version 3 gets it last: ALTER TABLE)
