@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .engines import THREADS
 from .errors import LeaseLost, NoThreads, StorageError
 from .heartbeat import Heartbeat
-from .reads import fetch_message  # noqa: F401  (the read a completion's check does)
 from .rules import (
     MAX_BATCH,
     MessageHandler,
@@ -73,39 +72,26 @@ class Completing:
         handler: MessageHandler,
         claimed: Message | None = None,
     ) -> Completion:
-        # One savepoint holds this message's effect and ACK: a refusing
-        # handler's partial writes are undone while the refusal is still
-        # recorded in this transaction, and a lost lease undoes this message
-        # only (complete_many goes on with the next one). A message that
-        # came with its claim is not read again: the ACK is its fence.
+        """One message's completion inside a transaction that goes on after it.
+
+        A savepoint holds this message's effect and ACK: a refusing handler's
+        partial writes are undone while the refusal is still recorded in this
+        transaction, and a lost lease undoes this message only (complete_many
+        goes on with the next one).
+        """
         tx.raise_if_statement_failed()  # a caller's earlier failure is not forgotten
         tx.conn.execute("SAVEPOINT message")
         try:
-            if claimed is None:
-                message = self.leased_tx(tx, lease)
-                self._scope.at("complete.after_read")
-            else:
-                message = claimed
-            try:
-                handler(tx, message)
-                tx.raise_if_statement_failed()
-            except Exception as exc:
-                if not tx.conn.in_transaction:
-                    # SQLite itself ended the transaction (e.g. a full disk):
-                    # nothing is left to record the refusal in
-                    raise
-                # undo the handler's writes; the read before them wrote nothing
-                tx.conn.execute("ROLLBACK TO message")
-                tx.failed_statement = None
-                code, detail, permanent = refusal(exc)
-                result = self._refuse(tx, lease, code, detail, permanent=permanent)
-            else:
-                self._scope.at("complete.after_effect")
-                result = (
-                    self.complete_tx(tx, lease)
-                    if claimed is None
-                    else self.ack_tx(tx, lease)
-                )
+            result = self._effects_then_ack(tx, [(lease, claimed)], handler)[0]
+        except _Refused as refused:
+            if not tx.conn.in_transaction:
+                # SQLite itself ended the transaction (e.g. a full disk):
+                # nothing is left to record the refusal in
+                raise refused.error from None
+            # undo the handler's writes; the read before them wrote nothing
+            tx.conn.execute("ROLLBACK TO message")
+            tx.failed_statement = None
+            result = self._refuse(tx, lease, *refusal(refused.error))
         except LeaseLost:
             if tx.conn.in_transaction:
                 tx.conn.execute("ROLLBACK TO message")
@@ -114,10 +100,42 @@ class Completing:
         tx.conn.execute("RELEASE message")
         return result
 
+    def _effects_then_ack(
+        self, tx: Tx, batch: Sequence[tuple[Lease, Message | None]], handler: MessageHandler
+    ) -> list[Completion]:
+        """The completion, written once: each message's effect, then one fenced ACK for all.
+
+        A message not given is read first, fenced, from the database (the
+        payload never comes from the caller). A handler that refuses or raises
+        ends it with ``_Refused``; the caller undoes the effects and records
+        the refusal (``_refuse``), in this transaction or in one of its own.
+        """
+        tx.raise_if_statement_failed()
+        read: list[Lease] = []
+        for lease, message in batch:
+            if message is None:
+                message = self.leased_tx(tx, lease)
+                read.append(lease)
+                self._scope.at("complete.after_read")
+            try:
+                handler(tx, message)
+                tx.raise_if_statement_failed()
+            except Exception as exc:
+                raise _Refused(exc) from exc
+            self._scope.at("complete.after_effect")
+        leases = [lease for lease, _ in batch]
+        if not read:
+            return self._ack(tx, leases, tx.times())
+        # what was read before the effect is checked again after it, as complete_tx does
+        now = tx.now()
+        for lease in read:
+            self._recheck(tx, lease, now)
+        return self._ack(tx, leases, {"now": now})
+
     def _complete_claimed_tx(
         self, tx: Tx, batch: list[Claimed], handler: MessageHandler
     ) -> list[Completion] | None:
-        """A batch's usual case: every effect, then one fenced ACK for them all.
+        """A batch's usual case: the completion of all its messages at once.
 
         The statements go out together (on PostgreSQL, one round trip for the
         whole batch). Anything unusual, a handler that refuses or raises, a
@@ -127,47 +145,22 @@ class Completing:
         """
         tx.raise_if_statement_failed()  # a caller's earlier failure is not forgotten
         tx.conn.execute("SAVEPOINT batch")
-        unusual: BaseException | None = None
-        escaped: BaseException | None = None  # from a probe: not unusual, raised
-        acked = None
         try:
             with tx.engine.together(tx.conn):
-                for claimed in batch:
-                    try:
-                        handler(tx, claimed.message)
-                        tx.raise_if_statement_failed()
-                    except Exception as exc:
-                        unusual = exc
-                        break
-                    try:
-                        self._scope.at("complete.after_effect")
-                    except BaseException as exc:
-                        escaped = exc
-                        break
-                else:
-                    acked = tx.ops.ack_many(
-                        tx.conn, self._scope.queue, [c.lease for c in batch], tx.times()
-                    )
-            if acked is not None and acked != len(batch):
-                unusual = LeaseLost("a lease of the batch is not current")
-        except StorageError as exc:
-            if escaped is None:
-                unusual = exc
-        if escaped is not None:
-            raise escaped
-        if unusual is None:
+                done = self._effects_then_ack(
+                    tx, [(c.lease, c.message) for c in batch], handler
+                )
+        except (_Refused, LeaseLost, StorageError) as unusual:
+            if not tx.conn.in_transaction:
+                # SQLite itself ended the transaction (e.g. a full disk): nothing
+                # is left to undo to, or to record a refusal in
+                raise (unusual.error if isinstance(unusual, _Refused) else unusual) from None
+            tx.conn.execute("ROLLBACK TO batch")
             tx.conn.execute("RELEASE batch")
-            for _ in batch:
-                self._scope.at("complete.after_update")
-            return [Completion(c.lease.event_id, Outcome.DONE) for c in batch]
-        if not tx.conn.in_transaction:
-            # SQLite itself ended the transaction (e.g. a full disk): nothing
-            # is left to undo to, or to record a refusal in
-            raise unusual
-        tx.conn.execute("ROLLBACK TO batch")
+            tx.failed_statement = None
+            return None
         tx.conn.execute("RELEASE batch")
-        tx.failed_statement = None
-        return None
+        return done
 
     def complete_message(self, claimed: Claimed, handler: MessageHandler) -> Completion:
         """Effect + ACK of what ``claim_message`` returned: the worker's path.
@@ -190,30 +183,17 @@ class Completing:
                 f"got {type(claimed).__name__}"
             )
         check_handler(handler)
+        pair = [(claimed.lease, claimed.message)]
         try:
             return self._runner._write(
-                "complete", lambda tx: self._effect_then_ack(tx, claimed, handler)
+                "complete", lambda tx: self._effects_then_ack(tx, pair, handler)[0]
             )
         except _Refused as refused:
             code, detail, permanent = refusal(refused.error)
         return self._runner._write(
             "fail",
-            lambda tx: self._refuse(
-                tx, claimed.lease, code, detail, permanent=permanent
-            ),
+            lambda tx: self._refuse(tx, claimed.lease, code, detail, permanent),
         )
-
-    def _effect_then_ack(
-        self, tx: Tx, claimed: Claimed, handler: MessageHandler
-    ) -> Completion:
-        tx.raise_if_statement_failed()  # its own transaction: nothing has failed yet
-        try:
-            handler(tx, claimed.message)
-            tx.raise_if_statement_failed()
-        except Exception as exc:
-            raise _Refused(exc) from exc  # rolled back, then recorded on its own
-        self._scope.at("complete.after_effect")
-        return self.ack_tx(tx, claimed.lease)
 
     def ack_tx(self, tx: Tx, lease: Lease) -> Completion:
         """The fence and the ACK in one statement, with the engine's clock.
@@ -223,7 +203,7 @@ class Completing:
         ``StatementFailed`` instead if a statement run through ``tx`` failed.
         """
         tx.raise_if_statement_failed()
-        return self._acked(tx, lease, tx.ops.ack(tx.conn, self._scope.queue, lease, tx.times()))
+        return self._ack(tx, [lease], tx.times())[0]
 
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
         """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
@@ -270,25 +250,32 @@ class Completing:
         check_lease(lease)
         tx.raise_if_statement_failed()
         now = tx.now()
-        if not now < lease.lease_until:
-            # the lease ran out during the work: raises LeaseLost saying so
-            self.leased_tx(tx, lease)
-        self._scope.at("complete.after_recheck")
-        # The fence and the ACK in one statement: the row changes only while
-        # this lease is its current, unexpired lease.
-        acked = tx.ops.ack(tx.conn, self._scope.queue, lease, {"now": now})
-        return self._acked(tx, lease, acked)
+        self._recheck(tx, lease, now)
+        return self._ack(tx, [lease], {"now": now})[0]
 
-    def _acked(self, tx: Tx, lease: Lease, acked: bool) -> Completion:
-        """DONE if the fenced ACK changed the message's row; else ``LeaseLost`` with why."""
-        if not acked:
-            self.leased_tx(tx, lease)  # raises LeaseLost with the reason
+    def _recheck(self, tx: Tx, lease: Lease, now: int) -> None:
+        """Before the ACK of work that took long: a lease that ran out says so."""
+        if not now < lease.lease_until:
+            self.leased_tx(tx, lease)  # raises LeaseLost saying why
+        self._scope.at("complete.after_recheck")
+
+    def _ack(self, tx: Tx, leases: list[Lease], times: Mapping[str, int | None]) -> list[Completion]:
+        """The fence and the ACK in one statement: every message done, or ``LeaseLost`` with why.
+
+        The rows change only while each lease is its message's current,
+        unexpired lease (the engine's ``fenced_move``).
+        """
+        acked = tx.ops.ack(tx.conn, self._scope.queue, leases, times)
+        if acked != len(leases):
+            for lease in leases:
+                self.leased_tx(tx, lease)  # raises LeaseLost with the reason
             raise LeaseLost(
-                f"{lease.event_id}: generation {lease.generation} "
+                f"{leases[0].event_id}: generation {leases[0].generation} "
                 "is no longer the current lease"
             )
-        self._scope.at("complete.after_update")
-        return Completion(lease.event_id, Outcome.DONE)
+        for _ in leases:
+            self._scope.at("complete.after_update")
+        return [Completion(lease.event_id, Outcome.DONE) for lease in leases]
 
     # --------------------------------------------------------------- release
 
@@ -451,7 +438,7 @@ class Completing:
         )
 
     def _refuse(
-        self, tx: Tx, lease: Lease, code: str, detail: str | None, *, permanent: bool
+        self, tx: Tx, lease: Lease, code: str, detail: str | None, permanent: bool
     ) -> Completion:
         """A handler refused the payload: record it only if the lease is still current.
 

@@ -232,13 +232,8 @@ def _view(tx: Transaction) -> Tx:
     """The caller's transaction as a ``Tx``: a plain sqlite3 connection gets one."""
     if isinstance(tx, Tx):
         return tx
-    engine = adopt(tx)  # your own database's connection, if an engine knows its kind
-    if engine is not None:
-        return Tx(tx, engine, SystemClock())
-    raise TypeError(
-        "expected a store transaction (Tx) or an sqlite3.Connection, "
-        f"got {type(tx).__name__}"
-    )
+    # your own database's connection: the engine of its kind, or TypeError
+    return Tx(tx, adopt(tx), SystemClock())
 
 
 def _open_transaction(tx: Transaction) -> Tx:

@@ -86,7 +86,7 @@ class PostgresDatabases:
 
         url = self.new_database()
         fill_queue(url, messages)
-        claim, ack = postgres_engine.OPERATIONS.sql("claim_messages"), postgres_engine.OPERATIONS.sql("ack")
+        claim, ack = postgres_engine.OPERATIONS.sql("claim_messages"), postgres_engine.OPERATIONS.sql("fenced_move")
         wanted = {"now": None, "until": None, "lease_seconds": 600, "wanted": 1,
                   "max_attempts": 3, "lease_expired": "lease_expired", "queue": "default"}
         with psycopg.connect(self.cluster.conninfo(url.split("/")[3].split("?")[0]), autocommit=True) as conn:
@@ -98,8 +98,8 @@ class PostgresDatabases:
                         conn.execute("BEGIN")
                         conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (%s, %s, %s)",
                                      (event_id, payload["category"], payload["amount_cents"]))
-                    acked = conn.execute(ack, {"now": None, "event_id": event_id, "generation": generation,
-                                               "queue": "default", "token": token})
+                    acked = conn.execute(ack, {"now": None, "until": None, "move": "ack", "queue": "default",
+                                               "leases": json.dumps([[event_id, generation, token]])})
                     if acked.rowcount != 1:
                         raise SystemExit(f"postgresql bare: {event_id} was not acknowledged")
                     conn.execute("COMMIT")

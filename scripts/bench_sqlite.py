@@ -88,7 +88,7 @@ def measure_bare(folder: Path, messages: int) -> float:
     """
     path = fresh_queue(folder, "bare", messages)
     conn = sqlite_engine.connect(path, busy_timeout_ms=5000)
-    claim, ack = sqlite_engine.OPERATIONS.sql("claim_messages"), sqlite_engine.OPERATIONS.sql("ack")
+    claim, ack = sqlite_engine.OPERATIONS.sql("claim_messages"), sqlite_engine.OPERATIONS.sql("fenced_move")
     try:
         with timed() as seconds:
             while True:
@@ -102,8 +102,8 @@ def measure_bare(folder: Path, messages: int) -> float:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES (?, ?, ?)",
                              (event_id, payload["category"], payload["amount_cents"]))
-                acked = conn.execute(ack, {"now": NOW, "event_id": event_id, "generation": generation,
-                                           "queue": "default", "token": token}).rowcount
+                acked = conn.execute(ack, {"now": NOW, "until": None, "move": "ack", "queue": "default",
+                                           "leases": json.dumps([[event_id, generation, token]])}).rowcount
                 if acked != 1:
                     raise SystemExit(f"bare: {event_id} was not acknowledged")
                 conn.execute("COMMIT")

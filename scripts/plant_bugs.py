@@ -69,11 +69,10 @@ _NO_FENCED_READ = (
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "ack_ignores_lease_until", S,
-        (("  AND lease_until > :now;\n\n-- name: ack_many",
-          "  AND (lease_until > :now OR 1 = 1);\n\n-- name: ack_many"),
-         ("  AND lease_until > :now;\n\n-- name: release",
-          "  AND (lease_until > :now OR 1 = 1);\n\n-- name: release")),
-        "the worker's ACK (ack, ack_many) no longer checks that the lease is unexpired",
+        (("  AND lease_until > :now;\n\n-- name: message",
+          "  AND (lease_until > :now OR 1 = 1);\n\n-- name: message"),),
+        "the fence (fenced_move: the ACK, a release, an extension) no longer checks "
+        "that the lease is unexpired",
     ),
     Mutation(
         "release_unfenced", C,
@@ -92,7 +91,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "complete_unfenced", C,
-        (_NO_FENCED_READ, ("        if not acked:\n", "        if not acked and False:\n")),
+        (_NO_FENCED_READ, ("        if acked != len(leases):\n", "        if acked != len(leases) and False:\n")),
         "complete no longer fenced: an ACK that changed no row is reported done, "
         "and the effect commits",
     ),
@@ -172,15 +171,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "release_spends_attempt", S,
-        (("UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts - 1",
-          "UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts"),),
+        (("  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END",
+          "  attempts    = attempts"),),
         "a release counts the claim that it gives back as an attempt",
     ),
     Mutation(
         "release_loses_place", S,
-        (("UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts - 1",
-          "UPDATE messages SET state = 'ready', lease_until = NULL, "
-          "available_at = available_at + 1, attempts = attempts - 1"),),
+        (("  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END",
+          "  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END,\n"
+          "  available_at = available_at + (:move = 'release')"),),
         "a released message goes behind the others in the claim order",
     ),
     Mutation(

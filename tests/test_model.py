@@ -587,11 +587,12 @@ def _fenced_without(skip: str) -> Callable[[Store, Tx, Lease], Message]:
     return leased_tx
 
 
-def _ack_without_the_recheck(self: Store, tx: Tx, lease: Lease) -> Completion:
-    """``complete_tx`` that ACKs without checking the lease again after the handler ran."""
-    tx.execute("UPDATE messages SET state = 'done', lease_until = NULL, done_at = ? WHERE event_id = ?",
-               (tx.now(), lease.event_id))
-    return Completion(lease.event_id, Outcome.DONE)
+def _ack_without_the_fence(self: Store, tx: Tx, leases: list[Lease], times: Any) -> list[Completion]:
+    """``_ack`` that marks the messages done without checking their leases after the handler ran."""
+    for lease in leases:
+        tx.execute("UPDATE messages SET state = 'done', lease_until = NULL, done_at = ? WHERE event_id = ?",
+                   (tx.now(), lease.event_id))
+    return [Completion(lease.event_id, Outcome.DONE) for lease in leases]
 
 
 def _complete_with(*, roll_back: bool, record_errors: bool) -> Callable[..., Completion]:
@@ -647,7 +648,8 @@ MUTANTS: dict[str, dict[str, Callable[..., Any]]] = {
     "fencing ignores the generation": {"leased_tx": _fenced_without("generation")},
     "fencing ignores the lease's end": {"leased_tx": _fenced_without("time")},
     "fencing ignores the state": {"leased_tx": _fenced_without("state")},
-    "no re-check after the handler": {"complete_tx": _ack_without_the_recheck},
+    "no re-check after the handler": {"_recheck": lambda self, tx, lease, now: None,
+                                      "_ack": _ack_without_the_fence},
     "a refusal keeps the handler's writes": {"_complete_with": _complete_with(roll_back=False,
                                                                                record_errors=True)},
     "a handler's exception escapes unrecorded": {"_complete_with": _complete_with(roll_back=True,

@@ -65,44 +65,24 @@ WHERE queue = %(queue)s AND event_id IN (SELECT event_id FROM chosen)
 RETURNING event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue;
 
--- name: ack
--- The fence and the ACK: done only while the lease is the message's current,
--- unexpired lease (its generation, its claim token, leased, before its deadline).
-UPDATE messages SET state = 'done', lease_until = NULL, done_at = coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT))
-WHERE queue = %(queue)s AND event_id = %(event_id)s
-  AND generation = %(generation)s
-  AND lease_token = %(token)s
-  AND state = 'leased'
-  AND lease_until > coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT));
-
--- name: ack_many
--- The same for every lease of a batch (leases, a JSON array of
--- [event_id, generation, token]): changes as many rows as there are leases
--- only if each is still its message's current lease.
-UPDATE messages SET state = 'done', lease_until = NULL, done_at = coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT))
+-- name: fenced_move
+-- The fence, written once: each lease of leases (a JSON array of
+-- [event_id, generation, claim token]) moves only while it is its message's
+-- current, unexpired lease: its generation, its claim token, leased, before
+-- its deadline. move says where to: 'ack' marks the message done (the ACK);
+-- 'release' makes it ready again at its old place, and the claim that took it
+-- does not count as an attempt; 'extend' keeps the lease until until.
+UPDATE messages SET
+  state       = CASE CAST(%(move)s AS TEXT) WHEN 'ack' THEN 'done'
+                WHEN 'release' THEN 'ready' ELSE state END,
+  lease_until = CASE CAST(%(move)s AS TEXT) WHEN 'extend' THEN CAST(%(until)s AS BIGINT) END,
+  done_at     = CASE CAST(%(move)s AS TEXT) WHEN 'ack' THEN coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT)) END,
+  attempts    = CASE CAST(%(move)s AS TEXT) WHEN 'release' THEN attempts - 1
+                ELSE attempts END
 WHERE queue = %(queue)s
   AND (event_id, generation, lease_token) IN (
     SELECT lease ->> 0, CAST(lease ->> 1 AS BIGINT), CAST(lease ->> 2 AS BIGINT)
     FROM json_array_elements(CAST(%(leases)s AS JSON)) AS lease)
-  AND state = 'leased'
-  AND lease_until > coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT));
-
--- name: release
--- A lease given back, fenced like the ACK: ready again at its old place, and the
--- claim that took it does not count as an attempt.
-UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts - 1
-WHERE queue = %(queue)s AND event_id = %(event_id)s
-  AND generation = %(generation)s
-  AND lease_token = %(token)s
-  AND state = 'leased'
-  AND lease_until > coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT));
-
--- name: extend_lease
--- A heartbeat: the same lease with a new deadline, fenced like the ACK.
-UPDATE messages SET lease_until = %(until)s
-WHERE queue = %(queue)s AND event_id = %(event_id)s
-  AND generation = %(generation)s
-  AND lease_token = %(token)s
   AND state = 'leased'
   AND lease_until > coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT));
 
@@ -244,3 +224,17 @@ SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operati
 -- after another session created it while this one waited for a lock.
 SELECT 1 FROM pg_catalog.pg_tables
 WHERE schemaname = current_schema() AND tablename = %(name)s;
+
+-- name: line_turn
+-- Installs of migration lines take turns under the schema's advisory lock
+-- (the application id): no two read the same old version.
+SELECT pg_advisory_xact_lock(1363373938);
+
+-- name: line_version
+-- A migration line's recorded version (no row: never installed).
+SELECT version FROM migration_lines WHERE line = %(line)s;
+
+-- name: line_version_set
+-- Record a migration line's version, once its migrations ran.
+INSERT INTO migration_lines (line, version) VALUES (%(line)s, %(version)s)
+ON CONFLICT (line) DO UPDATE SET version = EXCLUDED.version;

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
@@ -126,26 +126,27 @@ class Operations:
 
     # --------------------------------------------------------------- fence
 
-    def ack(self, conn: Connection, queue: str, lease: Lease, times: Times) -> bool:
-        """The fenced ACK; True if ``lease`` was the current lease and the message is done."""
-        return conn.execute(self._q["ack"], {**times, **_fence(queue, lease)}).rowcount == 1
-
-    def ack_many(self, conn: Connection, queue: str, leases: Iterable[Lease], times: Times) -> int:
-        """The fenced ACK of several leases; how many messages it marked done."""
-        triples = [[lease.event_id, lease.generation, lease.token] for lease in leases]
-        return conn.execute(self._q["ack_many"], {
-            **times, "queue": queue, "leases": json.dumps(triples),
-        }).rowcount
+    def ack(self, conn: Connection, queue: str, leases: Sequence[Lease], times: Times) -> int:
+        """The fenced ACK of ``leases``: how many of their messages it marked done."""
+        return self._fenced_move(conn, queue, leases, "ack", times)
 
     def release(self, conn: Connection, queue: str, lease: Lease, times: Times) -> bool:
         """The fenced release; True if the message is ready again."""
-        return conn.execute(self._q["release"], {**times, **_fence(queue, lease)}).rowcount == 1
+        return self._fenced_move(conn, queue, [lease], "release", times) == 1
 
     def extend(self, conn: Connection, queue: str, lease: Lease, *, now: int, until: int) -> bool:
         """The fenced extension to ``until``; True if the lease was current."""
-        return conn.execute(self._q["extend_lease"], {
-            **_fence(queue, lease), "now": now, "until": until,
-        }).rowcount == 1
+        return self._fenced_move(conn, queue, [lease], "extend", {"now": now, "until": until}) == 1
+
+    def _fenced_move(
+        self, conn: Connection, queue: str, leases: Sequence[Lease], move: str, times: Times
+    ) -> int:
+        # the one statement that writes the fence (fenced_move): how many leases moved
+        triples = [[lease.event_id, lease.generation, lease.token] for lease in leases]
+        return conn.execute(self._q["fenced_move"], {
+            "now": times.get("now"), "until": times.get("until"), "queue": queue,
+            "leases": json.dumps(triples), "move": move,
+        }).rowcount
 
     def lease_locked(self, conn: Connection, queue: str, event_id: str) -> tuple[Message, int] | None:
         """The message (its row locked where rows are) and its lease's claim token."""
@@ -188,8 +189,10 @@ class Operations:
     def messages(self, conn: Connection, queue: str, state: str | None, limit: int | None) -> list[Message]:
         """The messages (of ``state``; the first ``limit``), by event id."""
         params = {"queue": queue, "state": state, "limit": limit}
-        name = ("messages_all", "messages_in_state", "messages_first", "messages_first_in_state")[
-            (state is not None) + 2 * (limit is not None)]
+        if limit is None:
+            name = "messages_all" if state is None else "messages_in_state"
+        else:
+            name = "messages_first" if state is None else "messages_first_in_state"
         return [message_of(row) for row in conn.execute(self._q[name], params).fetchall()]
 
     def counts(self, conn: Connection, queue: str) -> dict[str, int]:
@@ -303,7 +306,19 @@ class Operations:
         """Whether table ``name`` exists; reading it writes nothing."""
         return conn.execute(self._q["table_exists"], {"name": name}).fetchone() is not None
 
+    # ----------------------------------------------------- migration lines
 
-def _fence(queue: str, lease: Lease) -> dict[str, object]:
-    """The fenced statements' names for a lease: which message, which lease of it."""
-    return {"queue": queue, "event_id": lease.event_id, "generation": lease.generation, "token": lease.token}
+    def line_turn(self, conn: Connection) -> None:
+        """Make installs of migration lines take turns (where no write lock does it)."""
+        turn = self._q.get("line_turn")
+        if turn is not None:
+            conn.execute(turn)
+
+    def line_version(self, conn: Connection, line: str) -> int:
+        """The recorded version of migration line ``line`` (0: never installed)."""
+        row = conn.execute(self._q["line_version"], {"line": line}).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def set_line_version(self, conn: Connection, line: str, version: int) -> None:
+        """Record migration line ``line`` at ``version``."""
+        conn.execute(self._q["line_version_set"], {"line": line, "version": version})

@@ -48,45 +48,24 @@ WHERE queue = :queue AND event_id IN (
 RETURNING event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue;
 
--- name: ack
--- The fence and the ACK: done only while the lease is the message's current,
--- unexpired lease (its generation, its claim token, leased, before its deadline).
-UPDATE messages SET state = 'done', lease_until = NULL, done_at = :now
-WHERE queue = :queue AND event_id = :event_id
-  AND generation = :generation
-  AND lease_token = :token
-  AND state = 'leased'
-  AND lease_until > :now;
-
--- name: ack_many
--- The same for every lease of a batch (:leases, a JSON array of
--- [event_id, generation, token]): changes as many rows as there are leases
--- only if each is still its message's current lease.
-UPDATE messages SET state = 'done', lease_until = NULL, done_at = :now
+-- name: fenced_move
+-- The fence, written once: each lease of :leases (a JSON array of
+-- [event_id, generation, claim token]) moves only while it is its message's
+-- current, unexpired lease: its generation, its claim token, leased, before
+-- its deadline. :move says where to: 'ack' marks the message done (the ACK);
+-- 'release' makes it ready again at its old place, and the claim that took it
+-- does not count as an attempt; 'extend' keeps the lease until :until.
+UPDATE messages SET
+  state       = CASE :move WHEN 'ack' THEN 'done' WHEN 'release' THEN 'ready'
+                ELSE state END,
+  lease_until = CASE :move WHEN 'extend' THEN :until END,
+  done_at     = CASE :move WHEN 'ack' THEN :now END,
+  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END
 WHERE queue = :queue
   AND (event_id, generation, lease_token) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
            json_extract(value, '$[2]')
     FROM json_each(:leases))
-  AND state = 'leased'
-  AND lease_until > :now;
-
--- name: release
--- A lease given back, fenced like the ACK: ready again at its old place, and the
--- claim that took it does not count as an attempt.
-UPDATE messages SET state = 'ready', lease_until = NULL, attempts = attempts - 1
-WHERE queue = :queue AND event_id = :event_id
-  AND generation = :generation
-  AND lease_token = :token
-  AND state = 'leased'
-  AND lease_until > :now;
-
--- name: extend_lease
--- A heartbeat: the same lease with a new deadline, fenced like the ACK.
-UPDATE messages SET lease_until = :until
-WHERE queue = :queue AND event_id = :event_id
-  AND generation = :generation
-  AND lease_token = :token
   AND state = 'leased'
   AND lease_until > :now;
 
@@ -235,3 +214,12 @@ CREATE TABLE IF NOT EXISTS receipts (
 
 -- name: table_exists
 SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name;
+
+-- name: line_version
+-- A migration line's recorded version (no row: never installed).
+SELECT version FROM migration_lines WHERE line = :line;
+
+-- name: line_version_set
+-- Record a migration line's version, once its migrations ran.
+INSERT INTO migration_lines (line, version) VALUES (:line, :version)
+ON CONFLICT (line) DO UPDATE SET version = excluded.version;
