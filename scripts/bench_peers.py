@@ -53,7 +53,7 @@ PROCRASTINATE_CONCURRENCY = 16
 PGQUEUER_BATCH = 256
 EFFECT_POOL = 4  # connections for the effects of the batched runs (one for one-at-a-time)
 
-# The effect's table: queue_core's ledger table (queue_core/app/ledger_postgres.sql)
+# The effect's table: queue_core's ledger table (queue_core/app/ledger_migrations/postgresql/0001_effects.sql)
 # less its foreign key to queue_core's messages.
 EFFECTS_TABLE = """
 CREATE TABLE effects (

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..engines import MigrationLine, register_line
+from ..engines import MigrationLine, line_is_current, register_line
 from ..errors import PermanentFailure, WrongPath
 from ..store import Store
 from ..transactions import Tx
@@ -183,7 +183,7 @@ def install_tx(tx: Tx) -> None:
 
 def current_tx(view: Tx) -> bool:
     """Whether the ledger's line is at its newest version here, no newer (writes nothing)."""
-    return view.ops.line_version(view.conn, LINE.name) == LINE.newest(view.engine.name)
+    return line_is_current(view.engine, view.conn, LINE)
 
 
 def totals(store: Store) -> Totals:

@@ -284,6 +284,11 @@ def install_line(engine: Engine, conn: Connection, line: MigrationLine) -> None:
         engine.ops.set_line_version(conn, line.name, newest)
 
 
+def line_is_current(engine: Engine, conn: Connection, line: MigrationLine) -> bool:
+    """Whether ``line`` is recorded here at its newest version, no older, no newer (reads only)."""
+    return engine.ops.line_version(conn, line.name) == line.newest(engine.name)
+
+
 def lines_moving(where: object, engine: str, tables: Iterable[str], version: int) -> list[MigrationLine]:
     """The registered lines that move ``tables`` across core migration ``version``.
 
