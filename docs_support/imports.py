@@ -57,9 +57,9 @@ _PRODUCT = (
     ),
     (
         "built on the store",
-        ("queue_core.receipts", "queue_core.worker"),
-        "what ships with the store and is built on it: receipts, the worker loop; the store "
-        "imports neither",
+        ("queue_core.receipts", "queue_core.worker", "queue_core.schedules"),
+        "what ships with the store and is built on it: receipts, the worker loop, the "
+        "schedules; the store imports none of them",
     ),
     (
         "protocol",

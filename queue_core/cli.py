@@ -44,6 +44,7 @@ from .cli_parser import (  # the parser's names stay importable from here
     UsageError,
     build_parser,
 )
+from .cli_schedule import schedule_command
 from .cli_work import HandlerNotFound, load_handler, stopping_on_signals
 from .clock import Clock, ModelClock
 from .envelope import MAX_FILE_BYTES, parse_batch
@@ -159,7 +160,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         with open_store(create=queue == DEFAULT_QUEUE) as store:
             if batch is None:
                 batch = parse_batch(data, store.settings)
-            print_json(store.enqueue(batch, delay=args.delay).to_dict(), out)
+            result = store.enqueue(
+                batch, delay=args.delay, at=args.at, priority=args.priority
+            )
+            print_json(result.to_dict(), out)
         return 0
     if args.command == "create":
         with open_store(create=True, on=DEFAULT_QUEUE) as store:
@@ -243,6 +247,8 @@ def _waiting_out(error: QueueError, pause: float) -> None:
 def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "work":
         return _work(store, args, out)
+    if args.command == "schedule":
+        return schedule_command(store, args, out)
     if args.command == "metrics":
         out.write(exposition(store.metrics(), store.queue))
     elif args.command == "prune":

@@ -7,10 +7,12 @@ terminal and on the site, which prints it from here.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import textwrap
 from collections.abc import Callable
+from datetime import datetime
 from typing import NoReturn
 
 from . import __version__
@@ -20,7 +22,8 @@ from .clock import MAX_SECONDS
 from .cli_output import PROG
 from .errors import InvalidQueue, QueueError
 from .queues import DEFAULT_QUEUE, DEFAULT_SETTINGS, SETTING_BOUNDS, check_queue_name
-from .rules import MAX_DELAY_SECONDS
+from .rules import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MAX_PRIORITY, MIN_PRIORITY
+from .schedules import MAX_PERIOD_SECONDS
 from .store import BUSY_RETRY_SECONDS, DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS
 from .values import STATES
 from .worker import MAX_POLL_SECONDS
@@ -100,6 +103,50 @@ def _poll_seconds(text: str) -> float:
 
 
 _lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
+
+
+def _at(text: str) -> int:
+    """An argparse type: ISO 8601 with a timezone, or Unix seconds; returns Unix seconds."""
+    if re.fullmatch(r"[0-9]+", text):
+        return _seconds(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "expected ISO 8601 with a timezone (2026-12-05T09:00:00+01:00, or Z for "
+            f"UTC) or Unix seconds, got {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no timezone: add one (Z, +00:00, +01:00...), "
+            "or give Unix seconds"
+        )
+    seconds = math.ceil(moment.timestamp())
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected a time after 1970, got {text!r}")
+    return seconds
+
+
+def _priority(text: str) -> int:
+    """An argparse type: a whole number, MIN_PRIORITY..MAX_PRIORITY, perhaps negative."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    value = int(text)
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise argparse.ArgumentTypeError(
+            f"expected a number in {MIN_PRIORITY}..{MAX_PRIORITY}, got {text}"
+        )
+    return value
+
+
+def _every(text: str) -> int:
+    """An argparse type: a period such as 60, 90s, 15m, 12h or 1d, 1 s to a year."""
+    seconds = _age(text)
+    if not 1 <= seconds <= MAX_PERIOD_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected a period of 1..{MAX_PERIOD_SECONDS} seconds, got {text}"
+        )
+    return seconds
 
 
 def _queue_name(text: str) -> str:
@@ -242,12 +289,67 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument(
         "file", metavar="FILE", help="JSONL batch; '-' reads standard input"
     )
-    enqueue.add_argument(
+    when = enqueue.add_mutually_exclusive_group()
+    when.add_argument(
         "--delay",
         type=_whole_number(0, MAX_DELAY_SECONDS),
         default=0,
         metavar="SECONDS",
         help="the new messages can be claimed only this many seconds from now",
+    )
+    when.add_argument(
+        "--at",
+        type=_at,
+        default=None,
+        metavar="TIME",
+        help="the new messages can be claimed only from TIME: ISO 8601 with a "
+        "timezone (2026-12-05T09:00:00Z) or Unix seconds, at most "
+        f"{MAX_DELAY_SECONDS} s ahead",
+    )
+    enqueue.add_argument(
+        "--priority",
+        type=_priority,
+        default=DEFAULT_PRIORITY,
+        metavar="N",
+        help=f"{MIN_PRIORITY}..{MAX_PRIORITY}: among available messages a claim "
+        f"takes the highest first (default: {DEFAULT_PRIORITY})",
+    )
+
+    schedule = command(
+        "schedule", "enqueue NAME-<period start> once per period (--forever: until stopped)"
+    )
+    schedule.add_argument(
+        "name",
+        metavar="NAME",
+        help="the schedule's name: each period's event id is NAME-<period start, "
+        "Unix seconds>, which the queue's id rule must accept",
+    )
+    schedule.add_argument(
+        "--every",
+        type=_every,
+        required=True,
+        metavar="PERIOD",
+        help="the period: 60, 90s, 15m, 12h or 1d; periods start at multiples of "
+        "it since 1970-01-01 UTC",
+    )
+    schedule.add_argument(
+        "--payload",
+        required=True,
+        metavar="JSON",
+        help="the payload of every period's message, a JSON object",
+    )
+    schedule.add_argument(
+        "--priority",
+        type=_priority,
+        default=DEFAULT_PRIORITY,
+        metavar="N",
+        help=f"the messages' priority (default: {DEFAULT_PRIORITY})",
+    )
+    schedule.add_argument(
+        "--forever",
+        action="store_true",
+        help="enqueue each period as it starts, until stopped (SIGTERM or Ctrl-C); "
+        "without it: the current period once",
     )
 
     worker = command(

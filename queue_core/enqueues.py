@@ -9,11 +9,12 @@ payload a conflict that rejects the batch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from .envelope import Batch, check_batch, parse_batch, parse_items, payload_digest
 from .errors import BatchRejected
-from .rules import check_delay
+from .rules import DEFAULT_PRIORITY, available_at, check_at, check_delay, check_priority
 from .scope import Scope
 from .transactions import Transactions, Tx
 from .values import EnqueueResult
@@ -30,6 +31,8 @@ class Enqueueing:
         data: bytes | str | Batch | Sequence[Mapping[str, Any]],
         *,
         delay: int = 0,
+        at: datetime | int | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> EnqueueResult:
         """Validate a whole batch, then store its new events in one transaction.
 
@@ -37,11 +40,20 @@ class Enqueueing:
             per line; a ``Batch`` from ``parse_batch``; or a list of such dicts,
             validated exactly as lines are.
         :param delay: seconds before the new events can be claimed (default 0).
+        :param at: instead of a delay, when they can be claimed: a datetime with
+            a timezone or Unix seconds, at most ``MAX_DELAY_SECONDS`` ahead
+            (a past time is now).
+        :param priority: ``MIN_PRIORITY``..``MAX_PRIORITY``, higher claimed
+            first among the available messages (default 0).
         :returns: how many events were new and how many were duplicates.
         :raises BatchRejected: on the first bad line or item (its number and
             code); nothing is written.
+        :raises InvalidTime: ``at`` has no timezone, is too far ahead, or comes
+            with a delay; nothing is written.
         """
         check_delay(delay)
+        when = check_at(at, delay)
+        check_priority(priority)
         if isinstance(data, Batch):
             batch = data
         elif isinstance(data, (str, bytes, bytearray)):
@@ -59,34 +71,60 @@ class Enqueueing:
                 f"parsed Batch, got {type(data).__name__}; "
                 'one event is one line: \'{"event_id": "E0001", "payload": {...}}\''
             )
-        return self._runner._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
+        return self._runner._write(
+            "enqueue",
+            lambda tx: self.enqueue_tx(tx, batch, delay, at=when, priority=priority),
+        )
 
     def send(
-        self, event_id: str, payload: Mapping[str, Any], *, delay: int = 0
+        self,
+        event_id: str,
+        payload: Mapping[str, Any],
+        *,
+        delay: int = 0,
+        at: datetime | int | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> EnqueueResult:
         """Enqueue one event from Python values, validated exactly as a JSONL line is.
 
         :param event_id: the event's id.
         :param payload: a dict of JSON values.
         :param delay: seconds before it can be claimed (default 0).
+        :param at: instead of a delay, when it can be claimed (as ``enqueue``'s).
+        :param priority: higher is claimed first (as ``enqueue``'s; default 0).
         :raises BatchRejected: the event breaks a rule (its code); nothing is written.
         """
         check_delay(delay)
+        when = check_at(at, delay)
+        check_priority(priority)
         batch = parse_items(
             [{"event_id": event_id, "payload": payload}],
             single=True,
             rules=self._scope.settings,
         )
-        return self._runner._write("enqueue", lambda tx: self.enqueue_tx(tx, batch, delay))
+        return self._runner._write(
+            "enqueue",
+            lambda tx: self.enqueue_tx(tx, batch, delay, at=when, priority=priority),
+        )
 
-    def enqueue_tx(self, tx: Tx, batch: Batch, delay: int = 0) -> EnqueueResult:
+    def enqueue_tx(
+        self,
+        tx: Tx,
+        batch: Batch,
+        delay: int = 0,
+        *,
+        at: datetime | int | None = None,
+        priority: int = DEFAULT_PRIORITY,
+    ) -> EnqueueResult:
         """Store a validated batch inside the caller's transaction.
 
-        A stored event with the same canonical payload is a duplicate (a delay
-        does not move it); with a different one it is a conflict that rejects
-        the whole batch.
+        A stored event with the same canonical payload is a duplicate (a delay,
+        a time or a priority does not move it); with a different one it is a
+        conflict that rejects the whole batch.
         """
         check_delay(delay)
+        when = check_at(at, delay)
+        check_priority(priority)
         if not isinstance(batch, Batch):
             raise TypeError(
                 "enqueue_tx takes a Batch from parse_batch(), "
@@ -94,6 +132,8 @@ class Enqueueing:
             )
         check_batch(batch, self._scope.settings)  # parsed by another queue's rules
         now = tx.now()
+        # at is absolute: compared with this transaction's clock, never converted
+        ready_at = available_at(now, delay, when)
         # One read for the whole batch, then one INSERT statement for its new events.
         ids = [event.event_id for event in batch.events]
         # where no write lock does it, enqueues take turns, so that a
@@ -136,7 +176,14 @@ class Enqueueing:
         if new:
             # one statement for the whole batch: per-row statement steps cost
             # more than the CHECKs themselves (see scripts/bench.py's enqueue row)
-            tx.ops.insert(tx.conn, self._scope.queue, new, now=now, available_at=now + delay)
+            tx.ops.insert(
+                tx.conn,
+                self._scope.queue,
+                new,
+                now=now,
+                available_at=ready_at,
+                priority=priority,
+            )
             self._scope.at("enqueue.after_insert")
         return EnqueueResult(accepted=len(new), duplicates=duplicates)
 

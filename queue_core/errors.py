@@ -93,6 +93,15 @@ class QueueConflict(InputError):
     code = "queue_conflict"
 
 
+class InvalidTime(InputError, ValueError):
+    """A time to run at, or a schedule, that the queue cannot take; nothing was written.
+
+    A ``ValueError`` too, as the other bad arguments of an enqueue are.
+    """
+
+    code = "invalid_time"
+
+
 class ReceiptError(InputError):
     """An idempotency receipt cannot be written; nothing was written."""
 

@@ -8,10 +8,13 @@ a reader can find every number the protocol lives by in one place.
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
 from .clock import lease_deadline as lease_deadline  # re-exported: one of the rules
-from .errors import HandlerFailure, PermanentFailure, StatementFailed
+from .clock import MAX_SECONDS
+from .errors import HandlerFailure, InvalidTime, PermanentFailure, StatementFailed
 from .values import Lease, Message
 
 if TYPE_CHECKING:
@@ -53,7 +56,13 @@ PROBE_POINTS: Final = frozenset(
     + [f"{op}.{step}" for op in BATCH_OPERATIONS for step in _BATCH_STEPS]
 )
 MAX_BATCH: Final = 1_000  # messages per batched transaction
-MAX_DELAY_SECONDS: Final = 366 * 24 * 3600  # a delayed message waits at most a year
+# a delayed message waits at most a year, whether given as a delay or a time (at)
+MAX_DELAY_SECONDS: Final = 366 * 24 * 3600
+# A claim takes the highest priority first among the available messages; 0 is
+# the default and every message from before priorities (schema version 9).
+DEFAULT_PRIORITY: Final = 0
+MIN_PRIORITY: Final = -100
+MAX_PRIORITY: Final = 100
 
 
 def backoff_seconds(attempt: int) -> int:
@@ -137,3 +146,57 @@ def check_delay(delay: object) -> int:
     if not 0 <= delay <= MAX_DELAY_SECONDS:
         raise ValueError(f"delay must be 0..{MAX_DELAY_SECONDS} seconds, got {delay}")
     return delay
+
+
+def check_priority(priority: object) -> int:
+    """A priority, ``MIN_PRIORITY``..``MAX_PRIORITY`` (higher is claimed first); returns it."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an integer, got {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"priority must be {MIN_PRIORITY}..{MAX_PRIORITY}, got {priority}"
+        )
+    return priority
+
+
+def check_at(at: object, delay: int = 0) -> int | None:
+    """``at`` as Unix seconds (an aware datetime rounded up, or an int), or None.
+
+    Rounded up, so that a message is never available before its time.
+    """
+    if at is None:
+        return None
+    if delay:
+        raise InvalidTime(f"give delay or at, not both (delay={delay}, at={at!r})")
+    if isinstance(at, datetime):
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise InvalidTime(
+                f"at must have a timezone (a naive datetime is ambiguous), got {at!r}"
+            )
+        seconds = math.ceil(at.timestamp())
+    elif isinstance(at, int) and not isinstance(at, bool):
+        seconds = at
+    else:
+        raise TypeError(
+            "at must be a datetime with a timezone or Unix seconds (int), "
+            f"got {type(at).__name__}"
+        )
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise InvalidTime(f"at must be Unix seconds in 0..{MAX_SECONDS}, got {seconds}")
+    return seconds
+
+
+def available_at(now: int, delay: int = 0, at: int | None = None) -> int:
+    """When a new message can be claimed: ``now + delay``, or ``at`` (a past ``at`` is now).
+
+    One rule for both: at most ``MAX_DELAY_SECONDS`` after ``now``.
+    """
+    if at is None:
+        check_delay(delay)
+        return now + delay
+    if at - now > MAX_DELAY_SECONDS:
+        raise InvalidTime(
+            f"at {at} is {at - now} seconds after now ({now}); "
+            f"a message waits at most {MAX_DELAY_SECONDS} seconds"
+        )
+    return max(at, now)

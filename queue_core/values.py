@@ -95,6 +95,8 @@ class Message:
     # prune removed the payload ({} now); its hash still deduplicates
     pruned: bool = False
     queue: str = "default"  # the queue it belongs to (schema version 4)
+    # claimed before lower ones once available (higher first; schema version 9)
+    priority: int = 0
 
     @property
     def payload_object(self) -> dict[str, Any]:

@@ -110,8 +110,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "claim_order_reversed", S,
-        (("ORDER BY available_at, event_id\n", "ORDER BY available_at DESC, event_id DESC\n"),),
+        (("ORDER BY priority DESC, available_at, event_id\n",
+          "ORDER BY priority DESC, available_at DESC, event_id DESC\n"),),
         "a claim takes the newest available message first",
+    ),
+    Mutation(
+        "claim_priority_ignored", S,
+        (("ORDER BY priority DESC, available_at, event_id\n", "ORDER BY available_at, event_id\n"),),
+        "a claim takes the oldest available message, not the one of the highest priority",
     ),
     Mutation(
         "claim_ignores_queue", S,
@@ -159,8 +165,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "purge removes leased messages too",
     ),
     Mutation(
-        "delay_ignored", "queue_core/enqueues.py",
-        (("available_at=now + delay", "available_at=now"),),
+        "delay_ignored", "queue_core/rules.py",
+        (("return now + delay", "return now"),),
         "a delayed event is claimable at once",
     ),
     Mutation(

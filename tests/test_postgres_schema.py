@@ -360,6 +360,11 @@ IMPOSSIBLE = [
     # Version 5: the lease's random token; 0 is "none".
     ("UPDATE messages SET lease_token = -1 WHERE event_id = 'E0001'", "CheckViolation",
      "messages_lease_token_nonnegative"),
+    # Version 9: a priority, -100..100.
+    ("UPDATE messages SET priority = 101 WHERE event_id = 'E0001'", "CheckViolation",
+     "messages_priority_range"),
+    ("UPDATE messages SET priority = -101 WHERE event_id = 'E0001'", "CheckViolation",
+     "messages_priority_range"),
     # Version 4: named queues, each with its settings; a message belongs to one.
     ("INSERT INTO queues VALUES ('Other', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
     ("INSERT INTO queues VALUES ('o;x', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
@@ -464,8 +469,9 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
         queue.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0005', 'pen', 2000)")
         queue.execute("INSERT INTO receipts VALUES ('north', 'op-2', '[1,\"x\"]', 'E0005')")  # any JSON
     stored = queue.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall()
-    # version 4: the queue; version 5: the lease's token (0: none), last
-    assert stored == [(*row, "default", 0) for row in VALID_ROWS]
+    # version 4: the queue; version 5: the lease's token (0: none); version 9:
+    # the priority (0 by default), last
+    assert stored == [(*row, "default", 0, 0) for row in VALID_ROWS]
     assert {r[0] for r in queue.execute("SELECT DISTINCT state FROM messages")} == {"ready", "leased", "done", "dead"}
     # SQLite accepts the same rows.
     with closing(sqlite_queue()) as lite:
@@ -473,7 +479,7 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
             lite.execute(statement)
         lite.executemany(insert.replace("%s", "?"), VALID_ROWS)
         assert lite.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall() \
-            == [(*row, "default", 0) for row in VALID_ROWS]
+            == [(*row, "default", 0, 0) for row in VALID_ROWS]
 
 
 def test_the_payload_text_is_stored_byte_for_byte(queue: Any) -> None:
@@ -535,12 +541,13 @@ def test_the_tables_have_the_sqlite_schema_s_columns_in_its_order(queue: Any) ->
     defaults = dict(queue.execute("SELECT column_name, column_default FROM information_schema.columns"
                                   " WHERE table_name = 'messages' AND column_default IS NOT NULL").fetchall())
     assert defaults == {"state": "'ready'::text", "attempts": "0", "generation": "0", "expired_leases": "0",
-                        "queue": "'default'::text", "lease_token": "0"}
+                        "queue": "'default'::text", "lease_token": "0",
+                        "priority": "0"}
 
 
 def test_the_claim_index_is_partial_and_serves_the_claim_order(queue: Any) -> None:
     (definition,) = queue.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'messages_claimable'").fetchone()
-    assert definition == ("CREATE INDEX messages_claimable ON public.messages USING btree (queue, available_at, event_id)"
+    assert definition == ("CREATE INDEX messages_claimable ON public.messages USING btree (queue, priority DESC, available_at, event_id)"
                           " WHERE (state = ANY (ARRAY['ready'::text, 'leased'::text]))")
     with queue.transaction():
         queue.execute("INSERT INTO messages (event_id, payload, available_at)"
@@ -551,8 +558,8 @@ def test_the_claim_index_is_partial_and_serves_the_claim_order(queue: Any) -> No
     plan = "\n".join(r[0] for r in queue.execute(
         "EXPLAIN SELECT event_id FROM messages WHERE queue = 'default' AND state IN ('ready', 'leased')"
         " AND available_at <= 3"
-        " ORDER BY available_at, event_id LIMIT 1"))
+        " ORDER BY priority DESC, available_at, event_id LIMIT 1"))
     assert "messages_claimable" in plan, plan
     first = queue.execute("SELECT event_id FROM messages WHERE state IN ('ready', 'leased')"
-                          " ORDER BY available_at, event_id LIMIT 3").fetchall()
+                          " ORDER BY priority DESC, available_at, event_id LIMIT 3").fetchall()
     assert first == [("E0504",), ("E0511",), ("E0518",)]  # available_at 0 first, then bytewise event id

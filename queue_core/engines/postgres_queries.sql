@@ -28,14 +28,16 @@ WHERE queue = %(queue)s
   AND event_id IN (SELECT json_array_elements_text(CAST(%(ids)s AS JSON)));
 
 -- name: enqueue_insert
--- A batch's new events (events, a JSON array of [event_id, payload]), in one statement.
-INSERT INTO messages (event_id, payload, state, available_at, enqueued_at, queue)
-SELECT event ->> 0, event ->> 1, 'ready', %(available_at)s, %(now)s, %(queue)s
+-- A batch's new events (events, a JSON array of [event_id, payload]), in one
+-- statement, all at one priority.
+INSERT INTO messages (event_id, payload, state, available_at, enqueued_at, queue, priority)
+SELECT event ->> 0, event ->> 1, 'ready', %(available_at)s, %(now)s, %(queue)s, %(priority)s
 FROM json_array_elements(CAST(%(events)s AS JSON)) AS event;
 
 -- name: claim_messages
 -- The worker's claim: chooses and leases up to wanted messages and returns them,
 -- in one statement; a candidate whose last lease ran out goes to dead instead.
+-- Among the available, the highest priority first, then the oldest.
 -- a locking WITH runs once (an IN subquery may be rescanned by a nested loop,
 -- locking and taking further rows)
 WITH chosen AS (
@@ -43,7 +45,7 @@ WITH chosen AS (
   WHERE queue = %(queue)s AND state IN ('ready', 'leased')
     AND available_at <= coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT))
     AND (state = 'ready' OR lease_until <= coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT)))
-  ORDER BY available_at, event_id
+  ORDER BY priority DESC, available_at, event_id
   LIMIT %(wanted)s
   FOR UPDATE SKIP LOCKED)
 UPDATE messages SET
@@ -63,7 +65,7 @@ UPDATE messages SET
     + CASE WHEN attempts >= %(max_attempts)s OR state = 'leased' THEN 1 ELSE 0 END
 WHERE queue = %(queue)s AND event_id IN (SELECT event_id FROM chosen)
 RETURNING event_id, payload, state, attempts, generation, available_at, lease_until,
-  last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue;
+  last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue, priority;
 
 -- name: fenced_move
 -- The fence, written once: each lease of leases (a JSON array of
@@ -90,14 +92,14 @@ WHERE queue = %(queue)s
 -- One message.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
 -- name: lease_locked
 -- One message with its lease's claim token, for the fenced check.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, lease_token
+  payload_sha256 IS NOT NULL, queue, priority, lease_token
 FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s FOR UPDATE;
 
 -- name: fail_dead
@@ -128,26 +130,26 @@ SELECT state, count(*) FROM messages WHERE queue = %(queue)s GROUP BY state;
 -- name: messages_all
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s ORDER BY event_id;
 
 -- name: messages_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s AND state = %(state)s ORDER BY event_id;
 
 -- name: messages_first
 -- The first limit messages, by event id.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s ORDER BY event_id LIMIT %(limit)s;
 
 -- name: messages_first_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s AND state = %(state)s ORDER BY event_id LIMIT %(limit)s;
 
 -- name: purge_state

@@ -27,8 +27,9 @@ from . import Connection
 _NAME: Final = re.compile(r"^-- name: ([a-z_]+)[ \t]*$", re.M)
 
 # The columns of a Message, in its order (every statement that returns messages
-# selects these, the pruned flag second to last).
-MESSAGE_FIELDS: Final = 14
+# selects these: the pruned flag after expired_leases, then queue and priority).
+MESSAGE_FIELDS: Final = 15
+_PRUNED: Final = 12
 
 Times = Mapping[str, "int | None"]  # now, until, lease_seconds: Tx.times()
 
@@ -75,7 +76,7 @@ def message_of(row: Sequence[Any]) -> Message:
     statement returns the comparison or the hash itself, ``bool`` reads it.
     """
     values = list(row[:MESSAGE_FIELDS])
-    values[-2] = bool(values[-2])
+    values[_PRUNED] = bool(values[_PRUNED])
     return Message(*values)
 
 
@@ -104,11 +105,13 @@ class Operations:
         return [(row[0], row[1], row[2]) for row in rows.fetchall()]
 
     def insert(
-        self, conn: Connection, queue: str, events: list[tuple[str, str]], *, now: int, available_at: int
+        self, conn: Connection, queue: str, events: list[tuple[str, str]], *, now: int, available_at: int,
+        priority: int = 0,
     ) -> None:
-        """Store new events (event_id, canonical payload), ready at ``available_at``."""
+        """Store new events (event_id, canonical payload), ready at ``available_at``, at ``priority``."""
         conn.execute(self._q["enqueue_insert"], {
             "queue": queue, "events": json.dumps(events), "now": now, "available_at": available_at,
+            "priority": priority,
         })
 
     # --------------------------------------------------------------- claim

@@ -12,15 +12,17 @@ SELECT event_id, payload, payload_sha256 FROM messages
 WHERE queue = :queue AND event_id IN (SELECT value FROM json_each(:ids));
 
 -- name: enqueue_insert
--- A batch's new events (:events, a JSON array of [event_id, payload]), in one statement.
-INSERT INTO messages (event_id, payload, state, available_at, enqueued_at, queue)
+-- A batch's new events (:events, a JSON array of [event_id, payload]), in one
+-- statement, all at one :priority.
+INSERT INTO messages (event_id, payload, state, available_at, enqueued_at, queue, priority)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'ready',
-       :available_at, :now, :queue
+       :available_at, :now, :queue, :priority
 FROM json_each(:events);
 
 -- name: claim_messages
 -- The worker's claim: chooses and leases up to :wanted messages and returns them,
 -- in one statement; a candidate whose last lease ran out goes to dead instead.
+-- Among the available, the highest priority first, then the oldest.
 UPDATE messages SET
   state = CASE WHEN attempts >= :max_attempts THEN 'dead' ELSE 'leased' END,
   attempts = CASE WHEN attempts >= :max_attempts THEN attempts ELSE attempts + 1 END,
@@ -41,12 +43,12 @@ WHERE queue = :queue AND event_id IN (
   WHERE queue = :queue AND state IN ('ready', 'leased')
     AND available_at <= :now
     AND (state = 'ready' OR lease_until <= :now)
-  ORDER BY available_at, event_id
+  ORDER BY priority DESC, available_at, event_id
   LIMIT :wanted)
 -- the hash itself, not "IS NOT NULL": SQLite 3.40 answers that wrongly in
 -- the rows an UPDATE of a STRICT table returns (1 for a NULL)
 RETURNING event_id, payload, state, attempts, generation, available_at, lease_until,
-  last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue;
+  last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue, priority;
 
 -- name: fenced_move
 -- The fence, written once: each lease of :leases (a JSON array of
@@ -73,14 +75,14 @@ WHERE queue = :queue
 -- One message.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue AND event_id = :event_id;
 
 -- name: lease_locked
 -- One message with its lease's claim token, for the fenced check.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, lease_token
+  payload_sha256 IS NOT NULL, queue, priority, lease_token
 FROM messages WHERE queue = :queue AND event_id = :event_id;
 
 -- name: fail_dead
@@ -111,26 +113,26 @@ SELECT state, count(*) FROM messages WHERE queue = :queue GROUP BY state;
 -- name: messages_all
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue ORDER BY event_id;
 
 -- name: messages_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue AND state = :state ORDER BY event_id;
 
 -- name: messages_first
 -- The first :limit messages, by event id.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue ORDER BY event_id LIMIT :limit;
 
 -- name: messages_first_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue AND state = :state ORDER BY event_id LIMIT :limit;
 
 -- name: purge_state

@@ -540,12 +540,12 @@ def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock
                    for t in ("messages", "effects", "queues")}
         fks = conn.execute("PRAGMA foreign_key_list(effects)").fetchall()
     assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "migration_lines": 1, "effects": 1}
-    # the queue (version 4) and the lease's token (version 5) come last: a row
-    # of version 3 reads as before
+    # the queue (version 4), the lease's token (version 5) and the priority
+    # (version 9) come last: a row of version 3 reads as before
     assert columns["messages"] == ["event_id", "payload", "state", "attempts", "generation",
                                    "available_at", "lease_until", "last_error", "last_detail",
                                    "enqueued_at", "done_at", "expired_leases", "payload_sha256",
-                                   "queue", "lease_token"]
+                                   "queue", "lease_token", "priority"]
     assert columns["queues"] == ["name", "id_pattern", "max_attempts", "lease_seconds",
                                  "max_payload_bytes"]
     assert columns["effects"] == ["queue", "event_id", "category", "amount_cents"]
