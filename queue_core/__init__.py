@@ -26,6 +26,7 @@ from .errors import (
     InputError,
     InvalidQueue,
     InvalidReceipt,
+    InvalidTime,
     LeaseLost,
     NoThreads,
     NotDead,
@@ -50,6 +51,8 @@ from .store import (
     Store,
     backoff_seconds,
 )
+from .rules import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MAX_PRIORITY, MIN_PRIORITY
+from .schedules import Period, Schedule, enqueue_period, run_schedule
 from .transactions import Probe, Tx
 from .values import (
     Claimed,
@@ -130,6 +133,15 @@ __all__ = [
     "Clock",
     "ModelClock",
     "SystemClock",
+    # time and order: a job at a time, priorities, periodic jobs
+    "MAX_DELAY_SECONDS",
+    "DEFAULT_PRIORITY",
+    "MIN_PRIORITY",
+    "MAX_PRIORITY",
+    "Schedule",
+    "Period",
+    "enqueue_period",
+    "run_schedule",
     # the envelope
     "Batch",
     "Event",
@@ -150,6 +162,7 @@ __all__ = [
     "ReceiptError",
     "OperationConflict",
     "InvalidReceipt",
+    "InvalidTime",
     "LeaseLost",
     "NoThreads",
     "StatementFailed",

@@ -44,7 +44,7 @@ from .cli_parser import (  # the parser's names stay importable from here
     UsageError,
     build_parser,
 )
-from .cli_schedule import schedule_command
+from .cli_schedule import check_options as check_schedule_options, schedule_command
 from .cli_work import HandlerNotFound, load_handler, stopping_on_signals
 from .clock import Clock, ModelClock
 from .envelope import MAX_FILE_BYTES, parse_batch
@@ -146,6 +146,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 ) from None
             raise
 
+    if args.command == "schedule":
+        check_schedule_options(args)
     if args.command == "demo":
         return _demo(args.json, out)
     if args.command == "lab":

@@ -18,12 +18,16 @@ from .schedules import Period, Schedule, run_schedule
 from .store import Store
 
 
-def schedule_command(store: Store, args: argparse.Namespace, out: TextIO) -> int:
-    """Run ``queue-core schedule`` on ``store``; the exit status."""
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse options that cannot go together, before any database is opened."""
     if args.forever and getattr(args, "now", None) is not None:
         raise UsageError(
             "--forever waits on the system clock; --now enqueues one period at that time"
         )
+
+
+def schedule_command(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    """Run ``queue-core schedule`` on ``store``; the exit status."""
     schedule = Schedule(args.name, args.every, args.payload, args.priority)
 
     def show(period: Period) -> None:
