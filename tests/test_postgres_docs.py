@@ -367,7 +367,7 @@ def test_without_the_advisory_lock_a_concurrent_insert_fails_on_the_key(postgres
     Store(postgres_url, clock=ModelClock(1000)).close()  # the schema
     read = POSTGRESQL.sql("enqueue_find")
     insert = POSTGRESQL.sql("enqueue_insert")
-    row = {"queue": "default", "now": 1000, "available_at": 1000,
+    row = {"queue": "default", "now": 1000, "available_at": 1000, "priority": 0,
            "events": json.dumps([["E0001", '{"amount_cents":10000,"category":"book"}']])}
     first = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
     second = PostgresConnection(postgres_url, busy_timeout_ms=30_000)
