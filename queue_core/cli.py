@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from .app import ledger
 from .app.demo import format_snapshot, run_demo
@@ -44,7 +44,12 @@ from .cli_parser import (  # the parser's names stay importable from here
     UsageError,
     build_parser,
 )
-from .cli_work import HandlerNotFound, load_handler, stopping_on_signals
+from .cli_work import (
+    HandlerNotFound,
+    load_handler,
+    refuse_missing_handler,
+    stopping_on_signals,
+)
 from .clock import Clock, ModelClock
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError, UnknownQueue, WrongPath
@@ -52,7 +57,7 @@ from .queues import DEFAULT_QUEUE
 from .prometheus import exposition
 from .rules import MessageHandler
 from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
-from .worker import WorkInterrupted, work
+from .worker import LongHandler, WorkInterrupted, work
 
 __all__ = ["DEFAULT_DB", "EXAMPLE_LINE", "HELP_WIDTH", "UsageError", "build_parser", "main"]
 
@@ -145,6 +150,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 ) from None
             raise
 
+    if args.command == "work":
+        try:  # before the database is opened: nothing is written for a refused run
+            refuse_missing_handler(queue, args.handler)
+        except HandlerNotFound as exc:
+            raise UsageError(str(exc)) from None
     if args.command == "demo":
         return _demo(args.json, out)
     if args.command == "lab":
@@ -188,7 +198,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return _run_on(store, args, out)
 
 
-def _worker_handler(args: argparse.Namespace) -> MessageHandler:
+def _worker_handler(args: argparse.Namespace) -> MessageHandler | LongHandler[Any]:
     """The handler ``work`` runs: the caller's (``--handler``), or the ledger's."""
     if args.poll is not None and not args.forever:
         raise UsageError("--poll needs --forever")
