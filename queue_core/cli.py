@@ -51,6 +51,7 @@ from .cli_work import (
     stopping_on_signals,
 )
 from .clock import Clock, ModelClock
+from .engines import read_only_reason
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError, UnknownQueue, WrongPath
 from .queues import DEFAULT_QUEUE
@@ -58,6 +59,10 @@ from .prometheus import exposition
 from .rules import MessageHandler
 from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
 from .worker import LongHandler, WorkInterrupted, work
+
+# The commands that only read: on a database this process may not write, they
+# open it read-only (Store.open_read_only) instead of failing.
+READ_ONLY_COMMANDS = frozenset({"status", "list", "metrics", "dead", "queues"})
 
 __all__ = ["DEFAULT_DB", "EXAMPLE_LINE", "HELP_WIDTH", "UsageError", "build_parser", "main"]
 
@@ -134,6 +139,17 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     def open_store(create: bool, on: str = queue) -> Store:
         # SQLite's own wait per attempt is never longer than the whole wait asked for.
         try:
+            reason = read_only_reason(db) if args.command in READ_ONLY_COMMANDS else None
+            if reason is not None:  # it may only read: it reads, and says so
+                print(f"{PROG}: read-only: {reason}; reading without writing",
+                      file=sys.stderr)
+                return Store.open_read_only(
+                    db,
+                    clock=clock,
+                    queue=on,
+                    busy_timeout_ms=min(BUSY_TIMEOUT_MS, round(busy * 1000)),
+                    busy_retry_seconds=busy,
+                )
             return Store(
                 db,
                 clock=clock,
