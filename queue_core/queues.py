@@ -13,15 +13,17 @@ bound value, never part of a statement's text.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-# The parser behind re.compile: its tree is what the backtracking matcher walks.
-from re import _parser as _sre  # type: ignore[attr-defined]
-
 from .errors import InvalidQueue
 from .rules import DEFAULT_LEASE_SECONDS, MAX_ATTEMPTS, MAX_LEASE_SECONDS
+
+# The parser behind re.compile (private, hence imported by name): its tree is
+# what the backtracking matcher walks.
+_sre: Any = importlib.import_module("re._parser")
 
 DEFAULT_QUEUE: Final = "default"
 # lowercase letters, digits, "_" and "-"; a letter first; 1 to 63 characters
