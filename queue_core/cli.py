@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from .app import ledger
 from .app.demo import format_snapshot, run_demo
@@ -45,15 +45,25 @@ from .cli_parser import (  # the parser's names stay importable from here
     build_parser,
 )
 from .cli_schedule import check_options as check_schedule_options, schedule_command
-from .cli_work import HandlerNotFound, load_handler, stopping_on_signals
+from .cli_work import (
+    HandlerNotFound,
+    load_handler,
+    refuse_missing_handler,
+    stopping_on_signals,
+)
 from .clock import Clock, ModelClock
+from .engines import read_only_reason
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError, UnknownQueue, WrongPath
 from .queues import DEFAULT_QUEUE
 from .prometheus import exposition
 from .rules import MessageHandler
 from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
-from .worker import WorkInterrupted, work
+from .worker import LongHandler, WorkInterrupted, work
+
+# The commands that only read: on a database this process may not write, they
+# open it read-only (Store.open_read_only) instead of failing.
+READ_ONLY_COMMANDS = frozenset({"status", "list", "metrics", "dead", "queues"})
 
 __all__ = ["DEFAULT_DB", "EXAMPLE_LINE", "HELP_WIDTH", "UsageError", "build_parser", "main"]
 
@@ -130,6 +140,17 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     def open_store(create: bool, on: str = queue) -> Store:
         # SQLite's own wait per attempt is never longer than the whole wait asked for.
         try:
+            reason = read_only_reason(db) if args.command in READ_ONLY_COMMANDS else None
+            if reason is not None:  # it may only read: it reads, and says so
+                print(f"{PROG}: read-only: {reason}; reading without writing",
+                      file=sys.stderr)
+                return Store.open_read_only(
+                    db,
+                    clock=clock,
+                    queue=on,
+                    busy_timeout_ms=min(BUSY_TIMEOUT_MS, round(busy * 1000)),
+                    busy_retry_seconds=busy,
+                )
             return Store(
                 db,
                 clock=clock,
@@ -148,6 +169,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.command == "schedule":
         check_schedule_options(args)
+    if args.command == "work":
+        try:  # before the database is opened: nothing is written for a refused run
+            refuse_missing_handler(queue, args.handler)
+        except HandlerNotFound as exc:
+            raise UsageError(str(exc)) from None
     if args.command == "demo":
         return _demo(args.json, out)
     if args.command == "lab":
@@ -194,7 +220,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return _run_on(store, args, out)
 
 
-def _worker_handler(args: argparse.Namespace) -> MessageHandler:
+def _worker_handler(args: argparse.Namespace) -> MessageHandler | LongHandler[Any]:
     """The handler ``work`` runs: the caller's (``--handler``), or the ledger's."""
     if args.poll is not None and not args.forever:
         raise UsageError("--poll needs --forever")

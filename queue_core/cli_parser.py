@@ -388,8 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--handler",
         metavar="MODULE:FUNCTION",
-        help="your handler(tx, message) instead of the ledger's, imported as "
-        "Python would (the working directory first)",
+        help="your handler(tx, message), or a LongHandler object, instead of "
+        "the ledger's, imported as Python would (the working directory first); "
+        "needed on every queue but default",
     )
     worker.add_argument(
         "--forever",

@@ -20,9 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import cast
+from typing import Any, Final, cast
 
+from .handlers import check_handler_shape
+from .queues import DEFAULT_QUEUE
 from .rules import MessageHandler
+from .worker import LongHandler
 
 # package.module:function (the function may be an attribute path, Class.method)
 _SPEC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
@@ -36,11 +39,36 @@ class HandlerNotFound(Exception):
     """``--handler`` names nothing that can be imported and called (the CLI: a usage error)."""
 
 
-def load_handler(spec: str) -> MessageHandler:
-    """The callable that ``spec`` (``package.module:function``) names.
+# how to write one, said wherever --handler is missing or wrong
+HANDLER_HINT: Final = (
+    "a function taking (tx, message) that writes the message's effect through "
+    "tx (or a LongHandler object), named as package.module:function"
+)
+
+
+def refuse_missing_handler(queue: str, spec: str | None) -> None:
+    """``work`` on a queue of your own needs your handler: ``HandlerNotFound`` without one.
+
+    Only the default queue (the teaching pages') runs the reference ledger's
+    handler; on any other queue it would judge your payloads by the ledger's
+    rules and send them to dead.
+    """
+    if spec is None and queue != DEFAULT_QUEUE:
+        raise HandlerNotFound(
+            f"work on queue {queue!r} needs --handler: {HANDLER_HINT}; only the "
+            f"{DEFAULT_QUEUE} queue runs the reference ledger's handler"
+        )
+
+
+def load_handler(spec: str) -> MessageHandler | LongHandler[Any]:
+    """The handler that ``spec`` (``package.module:function``) names, its shape checked.
+
+    A callable must take ``(tx, message)``; a ``LongHandler`` object its two
+    steps' arguments (``handlers.check_handler_shape``).
 
     :raises HandlerNotFound: the text is not of that form, the module cannot be
-        imported (or raised while it was), or the name is missing or not callable.
+        imported (or raised while it was), or the name is missing, not callable
+        (nor a ``LongHandler``), or cannot take the worker's arguments.
     """
     match = _SPEC.match(spec)
     if match is None:
@@ -78,12 +106,20 @@ def load_handler(spec: str) -> MessageHandler:
                 f"--handler {spec}: {module_name} has no {attribute_path!r}"
             )
         found = getattr(found, name)
-    if not callable(found):
+    if isinstance(found, LongHandler):
+        handler: MessageHandler | LongHandler[Any] = found
+    elif callable(found):
+        handler = cast(MessageHandler, found)
+    else:
         raise HandlerNotFound(
             f"--handler {spec}: {attribute_path} is not callable "
-            f"({type(found).__name__}); it must be a function taking (tx, message)"
+            f"({type(found).__name__}); it must be {HANDLER_HINT}"
         )
-    return cast(MessageHandler, found)
+    try:
+        check_handler_shape(handler)
+    except TypeError as exc:
+        raise HandlerNotFound(f"--handler {spec}: {exc}") from None
+    return handler
 
 
 @dataclass

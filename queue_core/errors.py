@@ -75,7 +75,8 @@ class UnknownEvent(InputError):
 class InvalidQueue(InputError):
     """A queue's name or setting is unusable; nothing was written.
 
-    Codes: ``invalid_queue_name``, ``invalid_id_pattern``, ``invalid_setting``.
+    Codes: ``invalid_queue_name``, ``invalid_id_pattern``, ``id_pattern_unsafe``
+    (a pattern that may backtrack catastrophically), ``invalid_setting``.
     """
 
     code = "invalid_queue"

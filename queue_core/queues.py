@@ -13,12 +13,17 @@ bound value, never part of a statement's text.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from .errors import InvalidQueue
 from .rules import DEFAULT_LEASE_SECONDS, MAX_ATTEMPTS, MAX_LEASE_SECONDS
+
+# The parser behind re.compile (private, hence imported by name): its tree is
+# what the backtracking matcher walks.
+_sre: Any = importlib.import_module("re._parser")
 
 DEFAULT_QUEUE: Final = "default"
 # lowercase letters, digits, "_" and "-"; a letter first; 1 to 63 characters
@@ -126,6 +131,160 @@ def compile_id_pattern(pattern: object) -> re.Pattern[str]:
     return rule
 
 
+def check_id_pattern_safe(pattern: str) -> None:
+    """Refuse (``id_pattern_unsafe``) a pattern that may backtrack catastrophically."""
+    why = backtracking_risk(pattern)
+    if why is not None:
+        raise InvalidQueue(
+            f"the id pattern {pattern!r} can take exponential or high polynomial "
+            f"time on a non-matching id: {why}; write it with one repeat per "
+            "part (e.g. [a-z0-9-]{1,64} rather than ([a-z0-9]+-?)+)",
+            code="id_pattern_unsafe",
+        )
+
+
+# A repeat inside a repeat is let through only when the inner one has a fixed
+# count and both are bounded with a small product: one way to match, no choice.
+NESTED_REPEAT_LIMIT: Final = MAX_EVENT_ID_CHARS
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+
+
+def backtracking_risk(pattern: str) -> str | None:
+    """Why ``pattern`` may backtrack catastrophically, or None.
+
+    Python's matcher backtracks: a repeat whose body can match one string in
+    several ways tries every way before it fails. Two shapes cause it, and are
+    refused: a repeat inside a repeat (``(a+)+``, ``(a*)*``, ``(.*a){20}``,
+    unless the inner one has a fixed count: ``([0-9]{3}-){2}``) and a repeated alternation
+    whose branches can start with the same character (``(a|a)*``, ``(a|ab)+``
+    is fine). A static check, so conservative: it may refuse a pattern that a
+    separator makes safe (``([a-z]+\\.)+``); rewrite it as one character class.
+    """
+    return _risk(_sre.parse(pattern), outer=None)
+
+
+# A repeat this long or unbounded counts as long; three long repeats side by
+# side that can take the same characters backtrack as n to the third power.
+LONG_REPEAT: Final = 32
+MOST_LONG_REPEATS_SIDE_BY_SIDE: Final = 2
+
+
+def _side_by_side(items: Any) -> str | None:
+    """Three or more long repeats in a row with nothing between them that they cannot take."""
+    run: list[frozenset[int] | None] = []
+    for op, value in _flat(items):
+        name = str(op)
+        if name in _REPEATS and value[1] >= LONG_REPEAT:
+            run.append(_first_chars(value[2]) if len(value[2]) else None)
+            if len(run) > MOST_LONG_REPEATS_SIDE_BY_SIDE:
+                return "long repeats side by side that can take the same characters"
+            continue
+        if name in _REPEATS and value[0] == 0:
+            continue  # optional: it separates nothing
+        first = _first_chars([(op, value)])
+        known = [chars for chars in run if chars is not None]
+        if first is not None and len(known) == len(run):
+            if not any(first & chars for chars in known):
+                run = []  # a separator none of them takes: a fresh start
+    return None
+
+
+def _flat(items: Any) -> list[Any]:
+    """A sequence with its plain groups opened: ``(a*)(a*)`` is ``a*a*``."""
+    flat = []
+    for op, value in items:
+        if str(op) == "SUBPATTERN":
+            flat.extend(_flat(value[-1]))
+        else:
+            flat.append((op, value))
+    return flat
+
+
+def _risk(items: Any, outer: tuple[int, int] | None) -> str | None:
+    """Walk a parsed pattern; ``outer`` is the (min, max) of the repeat around it."""
+    side = _side_by_side(items)
+    if side is not None:
+        return side
+    for op, value in items:
+        name = str(op)
+        if name in _REPEATS:
+            low, high, body = value
+            unbounded = high == _sre.MAXREPEAT
+            if outer is not None and high > 1:
+                outer_unbounded = outer[1] == _sre.MAXREPEAT
+                varies = low != high  # several ways to split the same characters
+                if unbounded or outer_unbounded or varies or outer[1] * high > NESTED_REPEAT_LIMIT:
+                    return "a repeat inside a repeat"
+            if high > 1:
+                found = _alternation_risk(body) if unbounded or high > 8 else None
+                if found is not None:
+                    return found
+                found = _risk(body, (low, high))
+            else:
+                found = _risk(body, outer)
+        elif name == "SUBPATTERN":
+            found = _risk(value[-1], outer)
+        elif name == "BRANCH":
+            found = next(
+                (r for branch in value[1] if (r := _risk(branch, outer)) is not None),
+                None,
+            )
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            found = _risk(value[1], outer)
+        elif name == "ATOMIC_GROUP":
+            found = _risk(value, outer)
+        elif name == "GROUPREF_EXISTS":
+            found = _risk(value[1], outer) or (
+                _risk(value[2], outer) if value[2] is not None else None
+            )
+        else:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def _alternation_risk(body: Any) -> str | None:
+    """A repeated body whose alternatives overlap: ``(a|a)*``, ``(\\d|[0-9a-f])+``."""
+    items = list(body)
+    while len(items) == 1 and str(items[0][0]) == "SUBPATTERN":
+        items = list(items[0][1][-1])
+    for op, value in items:
+        if str(op) != "BRANCH":
+            continue
+        if sum(1 for branch in value[1] if not len(branch)) > 1:
+            return "a repeated alternation whose branches match alike"
+        starts = [_first_chars(branch) for branch in value[1] if len(branch)]
+        for i, first in enumerate(starts):
+            for other in starts[i + 1 :]:
+                if first is None or other is None or first & other:
+                    return "a repeated alternation whose branches can start alike"
+    return None
+
+
+def _first_chars(items: Any) -> frozenset[int] | None:
+    """The characters a sequence can start with; None when not simply known."""
+    op, value = items[0]
+    name = str(op)
+    if name in _REPEATS and value[0] >= 1 and len(value[2]):
+        return _first_chars(value[2])
+    if name == "LITERAL":
+        return frozenset([value])
+    if name == "SUBPATTERN":
+        return _first_chars(value[-1]) if len(value[-1]) else None
+    if name == "IN":
+        chars: set[int] = set()
+        for kind, arg in value:
+            if str(kind) == "LITERAL":
+                chars.add(arg)
+            elif str(kind) == "RANGE" and arg[1] - arg[0] < 0x3000:
+                chars.update(range(arg[0], arg[1] + 1))
+            else:
+                return None  # a category (\\d, \\w), a negation, a wide range
+        return frozenset(chars)
+    return None
+
+
 def settings(
     name: str,
     *,
@@ -148,9 +307,10 @@ def settings(
                 f"{key} must be a whole number {low}..{high:,}, got {value!r}",
                 code="invalid_setting",
             )
-    return QueueSettings(
-        name, id_pattern, max_attempts, lease_seconds, max_payload_bytes
-    )
+    made = QueueSettings(name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)
+    # a new queue only: a queue stored before this check still opens, to be drained
+    check_id_pattern_safe(id_pattern)
+    return made
 
 
 # The teaching settings: the protocol's own defaults, and payloads up to 10,000 bytes.

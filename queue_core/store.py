@@ -129,45 +129,48 @@ class Store(Enqueueing, Claiming, Completing, Reading, Administering):
         one; ``default`` always exists); its settings are read from the
         database. ``max_attempts`` overrides the queue's own for this store.
         """
-        if not isinstance(path, (str, Path)):
-            raise TypeError(
-                f"Store() takes a file path (str or Path) or a postgresql:// URL, "
-                f"got {type(path).__name__}"
-            )
-        if clock is not None and not callable(getattr(clock, "now", None)):
-            raise TypeError(
-                "clock must have a now() method returning seconds, "
-                f"got {type(clock).__name__}"
-            )
-        check_queue_name(queue)
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool)
-            or not isinstance(max_attempts, int)
-            or max_attempts < 1
-        ):
-            raise ValueError(
-                f"max_attempts must be an integer of at least 1, got {max_attempts!r}"
-            )
-        if (
-            isinstance(busy_timeout_ms, bool)
-            or not isinstance(busy_timeout_ms, int)
-            or busy_timeout_ms < 0
-        ):
-            raise ValueError(
-                f"busy_timeout_ms must be a whole number of milliseconds, 0 or more, "
-                f"got {busy_timeout_ms!r}"
-            )
-        if (
-            isinstance(busy_retry_seconds, bool)
-            or not isinstance(busy_retry_seconds, (int, float))
-            or not 0 <= busy_retry_seconds < float("inf")
-        ):
-            raise ValueError(
-                "busy_retry_seconds must be a number of seconds, 0 or more, "
-                f"got {busy_retry_seconds!r}"
-            )
+        _check_options(path, clock, queue, max_attempts, busy_timeout_ms, busy_retry_seconds)
         # chosen once: the protocol below never asks which engine it runs on
         engine = engine_for(path, busy_timeout_ms=busy_timeout_ms)
+        self._open(engine, clock, create, queue, max_attempts, busy_timeout_ms,
+                   busy_retry_seconds, probe)
+
+    @classmethod
+    def open_read_only(
+        cls,
+        path: str | Path,
+        *,
+        clock: Clock | None = None,
+        queue: str = DEFAULT_QUEUE,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        busy_retry_seconds: float = BUSY_RETRY_SECONDS,
+    ) -> Store:
+        """Open an existing queue database for reading only; it writes nothing to it.
+
+        For a database this process may only read (a read-only file, folder or
+        file system). Reads work as on any store; a write raises
+        ``StorageError`` (``read_only``). A database of an older schema is
+        refused (``needs_migration``): migrating is writing.
+        """
+        _check_options(path, clock, queue, None, busy_timeout_ms, busy_retry_seconds)
+        engine = engine_for(path, busy_timeout_ms=busy_timeout_ms, read_only=True)
+        store = cls.__new__(cls)
+        store._open(engine, clock, False, queue, None, busy_timeout_ms,
+                    busy_retry_seconds, None)
+        return store
+
+    def _open(
+        self,
+        engine: Engine,
+        clock: Clock | None,
+        create: bool,
+        queue: str,
+        max_attempts: int | None,
+        busy_timeout_ms: int,
+        busy_retry_seconds: float,
+        probe: Probe | None,
+    ) -> None:
+        """Open ``queue`` on ``engine`` (the arguments already checked)."""
         self.busy_timeout_ms = busy_timeout_ms
         self._runner = Transactions(
             engine,
@@ -299,3 +302,51 @@ class Store(Enqueueing, Claiming, Completing, Reading, Administering):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _check_options(
+    path: object,
+    clock: Clock | None,
+    queue: str,
+    max_attempts: int | None,
+    busy_timeout_ms: int,
+    busy_retry_seconds: float,
+) -> None:
+    """The arguments of ``Store()`` checked, before anything is opened."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(
+            f"Store() takes a file path (str or Path) or a postgresql:// URL, "
+            f"got {type(path).__name__}"
+        )
+    if clock is not None and not callable(getattr(clock, "now", None)):
+        raise TypeError(
+            "clock must have a now() method returning seconds, "
+            f"got {type(clock).__name__}"
+        )
+    check_queue_name(queue)
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or max_attempts < 1
+    ):
+        raise ValueError(
+            f"max_attempts must be an integer of at least 1, got {max_attempts!r}"
+        )
+    if (
+        isinstance(busy_timeout_ms, bool)
+        or not isinstance(busy_timeout_ms, int)
+        or busy_timeout_ms < 0
+    ):
+        raise ValueError(
+            f"busy_timeout_ms must be a whole number of milliseconds, 0 or more, "
+            f"got {busy_timeout_ms!r}"
+        )
+    if (
+        isinstance(busy_retry_seconds, bool)
+        or not isinstance(busy_retry_seconds, (int, float))
+        or not 0 <= busy_retry_seconds < float("inf")
+    ):
+        raise ValueError(
+            "busy_retry_seconds must be a number of seconds, 0 or more, "
+            f"got {busy_retry_seconds!r}"
+        )

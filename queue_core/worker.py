@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from .errors import LeaseLost, StorageError
+from .handlers import check_handler_shape
 from .rules import (
     DEFAULT_LEASE_SECONDS,
     MAX_BATCH,
@@ -297,6 +298,7 @@ def work(
     """
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
+    check_handler_shape(handler)  # a handler that cannot take its arguments: refused now
     plan = _settle(store, handler, _config(config, options), progress, stop, on_error)
     run = _Run()
     try:

@@ -145,15 +145,55 @@ class Engine(Protocol):
         ...
 
 
-def engine_for(target: str | Path, *, busy_timeout_ms: int) -> Engine:
-    """The engine for ``target``: a ``postgresql://`` URL, or an SQLite file."""
+def engine_for(
+    target: str | Path, *, busy_timeout_ms: int, read_only: bool = False
+) -> Engine:
+    """The engine for ``target``: a ``postgresql://`` URL, or an SQLite file.
+
+    With ``read_only`` it never writes: no creation, no migration, and a write
+    transaction is refused (``read_only``).
+    """
     if is_postgres_url(target):
         from .postgres import PostgresEngine
 
-        return PostgresEngine(str(target), busy_timeout_ms=busy_timeout_ms)
+        return PostgresEngine(
+            str(target), busy_timeout_ms=busy_timeout_ms, read_only=read_only
+        )
     from .sqlite import SQLiteEngine
 
-    return SQLiteEngine(Path(target), busy_timeout_ms=busy_timeout_ms)
+    return SQLiteEngine(
+        Path(target), busy_timeout_ms=busy_timeout_ms, read_only=read_only
+    )
+
+
+def read_only_reason(target: str | Path) -> str | None:
+    """Why this process may only read ``target``, or None when it may write (or cannot tell).
+
+    Answered for an SQLite file from its permissions and its file system's;
+    a PostgreSQL role's rights are not looked at (None).
+    """
+    if is_postgres_url(target):
+        return None
+    from .sqlite import read_only_reason as file_reason
+
+    return file_reason(Path(target))
+
+
+def needs_migration(where: str, found: int, newest: int) -> StorageError:
+    """A store opened read-only on a schema older than this queue_core's."""
+    return StorageError(
+        f"{where} has schema version {found} and this queue_core reads version "
+        f"{newest}; a store opened read-only cannot migrate it: open it once with "
+        "write access (any queue-core command run by its owner)",
+        code="needs_migration",
+    )
+
+
+def refuse_write(where: str) -> StorageError:
+    """A write transaction on a store opened read-only."""
+    return StorageError(
+        f"{where}: the store was opened read-only; it cannot write", code="read_only"
+    )
 
 
 def adopt(conn: object) -> Engine:

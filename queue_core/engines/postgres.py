@@ -35,6 +35,8 @@ from . import (
     install_line,
     lines_moving,
     migrations,
+    needs_migration,
+    refuse_write,
 )
 from .queries import Operations, load
 
@@ -260,10 +262,11 @@ class PostgresEngine:
     ops: Final = OPERATIONS
     has_clock: Final = True  # the server's: one clock for every host
 
-    def __init__(self, url: str, *, busy_timeout_ms: int) -> None:
+    def __init__(self, url: str, *, busy_timeout_ms: int, read_only: bool = False) -> None:
         self.url = self.target = url
         self.where = safe_url(url)
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
 
     def open_queue(self, connection: Callable[[], Connection], *, create: bool) -> None:
         """Check the database, then create the queue or move it forward if it must.
@@ -286,8 +289,10 @@ class PostgresEngine:
                 )
             return
         self._refuse_newer(found)
-        if found == 0 and not create:
+        if found == 0 and (not create or self.read_only):
             raise WrongPath(f"no queue database at {self.where}", code="no_database")
+        if self.read_only:
+            raise needs_migration(self.where, found, SCHEMA_VERSION)
         self._migrate(conn)
 
     def _refuse_newer(self, found: int) -> None:
@@ -359,6 +364,8 @@ class PostgresEngine:
                 raise
 
     def begin_write(self, conn: Connection) -> None:
+        if self.read_only:
+            raise refuse_write(self.where)
         if not isinstance(conn, PostgresConnection):
             raise TypeError(f"not a PostgreSQL connection: {type(conn).__name__}")
         conn.begin("BEGIN")

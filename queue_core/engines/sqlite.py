@@ -26,6 +26,8 @@ from . import (
     install_line,
     lines_moving,
     migrations,
+    needs_migration,
+    refuse_write,
     sqlite_turn,
 )
 from .queries import Operations, load
@@ -44,19 +46,26 @@ class SQLiteEngine:
     ops: Final = OPERATIONS
     has_clock: Final = False  # the store's clock, or the system's
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
+    def __init__(
+        self, path: Path, *, busy_timeout_ms: int, read_only: bool = False
+    ) -> None:
         sqlite_turn.check_file_locks()
         self.path = self.target = path
         self._turn_name = os.path.abspath(path)  # the writers' turn, beside the file
         self.where = str(path)
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
 
     def open_queue(self, connection: Callable[[], Connection], *, create: bool) -> None:
         version = inspect(
-            self.path, create=create, busy_timeout_ms=self.busy_timeout_ms
+            self.path,
+            create=create and not self.read_only,
+            busy_timeout_ms=self.busy_timeout_ms,
         )
         if version == SCHEMA_VERSION:
             return
+        if self.read_only:
+            raise needs_migration(self.where, version, SCHEMA_VERSION)
         conn = connection()
         if not isinstance(conn, sqlite3.Connection):
             raise TypeError(f"not an SQLite connection: {type(conn).__name__}")
@@ -66,12 +75,16 @@ class SQLiteEngine:
             checkpoint(conn)
 
     def connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return connect_read_only(self.path, busy_timeout_ms=self.busy_timeout_ms)
         return connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
 
     def close(self, conn: Connection, *, quiet: bool = False) -> None:
         close(conn, quiet=quiet)
 
     def begin_write(self, conn: Connection) -> None:
+        if self.read_only:
+            raise refuse_write(self.where)
         # IMMEDIATE: the write lock before the first read, so that what a
         # transaction reads cannot change before it writes.
         conn.execute("BEGIN IMMEDIATE")
@@ -80,6 +93,8 @@ class SQLiteEngine:
         conn.execute("BEGIN")  # in WAL mode, one snapshot until the transaction ends
 
     def writer_turn(self, wait_seconds: float) -> AbstractContextManager[None]:
+        if self.read_only:
+            return contextlib.nullcontext()  # no lock file made: it writes nothing
         return sqlite_turn.writer_turn(self._turn_name, wait_seconds=wait_seconds)
 
     def storage_error(self, exc: BaseException) -> StorageError | None:
@@ -238,6 +253,57 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
         conn.execute("PRAGMA checkpoint_fullfsync = ON")
     except sqlite3.Error as exc:
         close(conn)
+        raise storage_error(exc, path) from exc
+    return conn
+
+
+def read_only_reason(path: Path) -> str | None:
+    """Why this process may only read the queue database at ``path`` (None: it may write)."""
+    try:
+        if not path.is_file():
+            return None  # nothing to read: the ordinary open says what is wrong
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return f"{path} is on a read-only file system"
+        if not os.access(path, os.W_OK):
+            return f"{path} is read-only for this process"
+        if not os.access(path.parent, os.W_OK):
+            return f"the folder of {path} is read-only for this process"
+    except OSError:
+        return None
+    return None
+
+
+def connect_read_only(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A connection that can only read (``mode=ro``): it never writes the database.
+
+    A WAL database is read through its ``-shm`` index, which SQLite creates
+    beside the file when it may. Where it may not (a read-only folder or file
+    system) and neither ``-wal`` nor ``-shm`` is there, every commit is in the
+    file itself and no writer has it open (a writer in WAL mode keeps both
+    files while connected): then the file is read as ``immutable``, without
+    locks or an index. A writer that starts while such a store reads is not
+    seen, and is not waited for: see SQLite's "Read-Only Databases",
+    https://www.sqlite.org/wal.html.
+    """
+    check_sqlite_version()
+    wal, shm = (path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))
+    try:
+        folder_writable = os.access(path.parent, os.W_OK)
+        companions = wal.exists() or shm.exists()
+    except OSError:
+        folder_writable, companions = True, True  # let SQLite say what is wrong
+    immutable = "&immutable=1" if not folder_writable and not companions else ""
+    try:
+        conn = sqlite3.connect(
+            f"{path.absolute().as_uri()}?mode=ro{immutable}",
+            uri=True,
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    except sqlite3.Error as exc:
         raise storage_error(exc, path) from exc
     return conn
 

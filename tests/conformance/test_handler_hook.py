@@ -396,15 +396,19 @@ def test_a_unique_clash_in_the_readers_insert_ends_dead_with_handler_error(queue
     assert orders(db) == [("E0001", "book", 1)]
 
 
-def test_an_old_style_payload_handler_is_a_recorded_type_error(queue: Store) -> None:
+def test_an_old_style_payload_handler_is_refused_by_work_and_recorded_by_complete(queue: Store) -> None:
     # A handler(payload) -> Effect of the old API, given to the new one.
     queue.enqueue(line("E0001"))
 
     def old_style(payload):  # type: ignore[no-untyped-def]
         return payload
 
-    summary = work(queue, old_style)  # type: ignore[arg-type]
-    assert summary.retried == 1
+    # work checks the handler's shape before any claim (queue_core/handlers.py)
+    with pytest.raises(TypeError, match=r"cannot be called as \(tx, message\)"):
+        work(queue, old_style)  # type: ignore[arg-type]
+    assert (queue.message("E0001").state, queue.message("E0001").attempts) == ("ready", 0)
+    # complete checks nothing more than callable: the failed call is recorded
+    queue.complete(queue.claim(), old_style)  # type: ignore[arg-type]
     m = queue.message("E0001")
     assert m.last_error == HANDLER_ERROR
     assert m.last_detail is not None and m.last_detail.startswith("TypeError: ")

@@ -220,6 +220,8 @@ def test_work_takes_only_its_own_queue(orders: Store, store: Store) -> None:
 
 def test_the_command_line_creates_lists_and_works_a_queue(tmp_path: Path, store: Store) -> None:
     target = store.target
+    # a queue of your own needs --handler: here the ledger's, from a module of the test's
+    (tmp_path / "myledger.py").write_text("from queue_core import Handler\nhandle = Handler()\n")
     (tmp_path / "orders.jsonl").write_text(
         '{"event_id": "order-41", "payload": {"category": "book", "amount_cents": 100}}\n'
         '{"event_id": "order-42", "payload": {"category": "pen", "amount_cents": 200}}\n')
@@ -241,8 +243,9 @@ def test_the_command_line_creates_lists_and_works_a_queue(tmp_path: Path, store:
     assert default.returncode == 2 and "queue-core create NAME --id-pattern" in default.stderr
     enqueued = cli(tmp_path, target, "--queue", "orders", "enqueue", "--delay", "5", "orders.jsonl")
     assert json.loads(enqueued.stdout) == {"accepted": 2, "duplicates": 0}
-    assert json.loads(cli(tmp_path, target, "--queue", "orders", "work").stdout)["claimed"] == 0  # delayed
-    worked = cli(tmp_path, target, "--queue", "orders", "work", now=1005)
+    mine = ("--handler", "myledger:handle")
+    assert json.loads(cli(tmp_path, target, "--queue", "orders", "work", *mine).stdout)["claimed"] == 0  # delayed
+    worked = cli(tmp_path, target, "--queue", "orders", "work", *mine, now=1005)
     assert json.loads(worked.stdout)["done"] == 2
     listed = json.loads(cli(tmp_path, target, "--queue", "orders", "list", "--json").stdout)
     assert [(m["event_id"], m["state"]) for m in listed] == [("order-41", "done"), ("order-42", "done")]
@@ -253,8 +256,8 @@ def test_the_command_line_creates_lists_and_works_a_queue(tmp_path: Path, store:
     status = json.loads(cli(tmp_path, target, "--queue", "orders", "status", "--json").stdout)
     assert status["effects"]["total_cents"] == 300  # the ledger's money of this queue
     assert 'queue="orders"' in cli(tmp_path, target, "--queue", "orders", "metrics").stdout
-    for command in ("work", "status", "list", "dead", "metrics"):
-        unknown = cli(tmp_path, target, "--queue", "ordrs", command)
+    for command in (("work", *mine), ("status",), ("list",), ("dead",), ("metrics",)):
+        unknown = cli(tmp_path, target, "--queue", "ordrs", *command)
         assert unknown.returncode == 2 and "unknown_queue" in unknown.stderr and "ordrs" in unknown.stderr
     for command in (("purge", "--state", "dead", "--yes"), ("redrive", "order-1")):
         unknown = cli(tmp_path, target, "--queue", "ordrs", *command)
