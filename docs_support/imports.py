@@ -57,7 +57,7 @@ _PRODUCT = (
     ),
     (
         "built on the store",
-        ("queue_core.receipts", "queue_core.worker"),
+        ("queue_core.receipts", "queue_core.worker", "queue_core.worker_threads"),
         "what ships with the store and is built on it: receipts, the worker loop; the store "
         "imports neither",
     ),
