@@ -48,6 +48,10 @@ class WorkSummary:
     # claimed, then given back by an interruption (ready again, not an attempt)
     released: int = 0
 
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value}" for name, value in self.to_dict().items())
+        return f"WorkSummary({shown})"
+
     def to_dict(self) -> dict[str, int]:
         """The counts as a dict; ``released`` only when an interruption gave some back."""
         counts = asdict(self)
