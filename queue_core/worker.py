@@ -240,9 +240,11 @@ def work(
     commits per message; each message then waits for the whole batch, so the
     lease must cover k handlers' time.
 
-    A ``LongHandler`` takes one message at a time: claim, its ``prepare``
-    outside any transaction under ``Store.heartbeat``, then the completion
-    with its ``write``.
+    A ``LongHandler`` takes one message at a time per thread: claim, its
+    ``prepare`` outside any transaction under ``Store.heartbeat``, then the
+    completion with its ``write``. ``concurrency=N`` runs N such threads
+    (``worker_threads``); the calling thread waits for them and takes the
+    signals.
 
     :param store: the queue; ``work`` opens no connection of its own (a heartbeat's
         thread opens one).
@@ -250,7 +252,8 @@ def work(
         ``LongHandler``.
     :param config: how to run (``WorkerConfig``); or give its fields as keyword
         arguments (``lease_seconds``, ``max_messages``, ``batch``,
-        ``heartbeat_every``, ``forever``, ``poll_seconds``), not both.
+        ``heartbeat_every``, ``forever``, ``poll_seconds``, ``concurrency``),
+        not both.
     :param progress: called with the counts so far after each turn (about every
         50 ms while busy).
     :param stop: when set, the worker takes no new message; the one in hand is
@@ -263,7 +266,8 @@ def work(
     :param options: ``WorkerConfig``'s fields, when ``config`` is not given.
     :returns: counts of claimed, done, retried, dead and lease-lost messages.
     :raises WorkInterrupted: ``KeyboardInterrupt`` came in the middle of a
-        message: its transaction was rolled back and its lease given back.
+        message: its transaction was rolled back and its lease given back
+        (with N threads, every thread's).
     """
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
