@@ -275,17 +275,34 @@ def work(
     run = Tally(plan.config.max_messages)
     try:
         if plan.config.concurrency == 1:
-            _worker(store, handler, plan, run, own_thread=False)
+            _worker(store, handler, plan, run, [])
         else:
-            threads = Threads(
-                plan.config.concurrency,
-                lambda: _worker(store, handler, plan, run, own_thread=True),
-                plan.stop,
-            )
-            threads.run()
+            _in_threads(store, handler, plan, run)
     except KeyboardInterrupt:
         raise WorkInterrupted(run.summary(), tuple(run.given_back)) from None
     return run.summary()
+
+
+def _in_threads(
+    store: Store, handler: MessageHandler | LongHandler[Any], plan: _Plan, run: Tally
+) -> None:
+    """``_loop`` in ``concurrency`` threads; interrupted, their leases are given back here."""
+    hands: list[list[Lease]] = [[] for _ in range(plan.config.concurrency)]
+
+    def body(index: int) -> None:
+        try:
+            _loop(store, handler, plan, run, hands[index])
+        finally:  # one thread, one connection: not kept until close()
+            store._release_thread_connection()
+
+    threads = Threads(plan.config.concurrency, body, plan.stop)
+    try:
+        threads.run()
+    except KeyboardInterrupt:
+        for index, hand in enumerate(hands):
+            if threads.ended(index):  # else its lease runs out by itself
+                run.gave_back(_give_back(store, hand))
+        raise
 
 
 def _worker(
@@ -293,19 +310,14 @@ def _worker(
     handler: MessageHandler | LongHandler[Any],
     plan: _Plan,
     run: Tally,
-    *,
-    own_thread: bool,
+    hand: list[Lease],
 ) -> None:
-    """One worker's loop; interrupted, it gives back the leases in its hand."""
-    hand: list[Lease] = []  # the leases claimed and not yet finished
+    """The loop in the calling thread; interrupted, it gives back the leases in ``hand``."""
     try:
         _loop(store, handler, plan, run, hand)
     except KeyboardInterrupt:
         run.gave_back(_give_back(store, hand))
         raise
-    finally:
-        if own_thread:  # one thread, one connection: not kept until close()
-            store._release_thread_connection()
 
 
 def _config(config: WorkerConfig | None, options: WorkOptions) -> WorkerConfig:

@@ -10,11 +10,13 @@ receives signals.
 A stop (``stop`` set: SIGTERM, a first Ctrl-C) is read by every thread before
 its next claim, so each finishes the message in hand. A ``KeyboardInterrupt``
 in the calling thread (a second Ctrl-C) is raised in every worker thread too,
-where the loop rolls its transaction back and gives its own lease back, as a
-single worker does. A thread blocked in one long call outside Python (a read
-without a timeout) takes the interruption only when the call returns; the
-calling thread waits for that at most ``GIVE_BACK_SECONDS``, and a lease still
-in such a thread's hand then runs out by itself.
+and again after 1, 3 and 7 seconds in a thread that has not ended (Python
+drops such an exception when it lands in a finalizer). Each thread's
+transaction rolls back as it ends; the calling thread then gives back the
+leases its threads held. A thread blocked in one long call outside Python (a
+read without a timeout) takes the interruption only when the call returns;
+the calling thread waits at most ``GIVE_BACK_SECONDS``, and a lease still in
+such a thread's hand runs out by itself.
 """
 
 from __future__ import annotations
@@ -144,10 +146,10 @@ def check_concurrency(concurrency: object) -> int:
 
 
 class Threads:
-    """``count`` threads running ``body``; ``run()`` waits for all of them."""
+    """``count`` threads, each running ``body(index)``; ``run()`` waits for all of them."""
 
     def __init__(
-        self, count: int, body: Callable[[], None], stop: threading.Event
+        self, count: int, body: Callable[[int], None], stop: threading.Event
     ) -> None:
         self._stop = stop
         self._body = body
@@ -155,7 +157,9 @@ class Threads:
         self._running: set[int] = set()  # threads still inside body
         self._errors: list[BaseException] = []
         self._threads = [
-            threading.Thread(target=self._main, name=f"worker {n + 1}", daemon=True)
+            threading.Thread(
+                target=self._main, args=(n,), name=f"worker {n + 1}", daemon=True
+            )
             for n in range(count)
         ]
 
@@ -164,7 +168,7 @@ class Threads:
 
         :raises KeyboardInterrupt: the calling thread was interrupted; every
             thread was interrupted too and given up to ``GIVE_BACK_SECONDS``
-            to give its lease back.
+            to end (``ended`` says which did).
         """
         for thread in self._threads:
             thread.start()
@@ -178,13 +182,17 @@ class Threads:
         if self._errors:
             raise self._errors[0]
 
-    def _main(self) -> None:
+    def ended(self, index: int) -> bool:
+        """Whether thread ``index`` has ended (its hand can be read safely)."""
+        return not self._threads[index].is_alive()
+
+    def _main(self, index: int) -> None:
         with self._lock:
             self._running.add(threading.get_ident())
         try:
-            self._body()
+            self._body(index)
         except KeyboardInterrupt:
-            pass  # the body gave its lease back; the calling thread reports it
+            pass  # rolled back; the calling thread gives the lease back
         except BaseException as exc:  # noqa: BLE001  (re-raised by run())
             with self._lock:
                 self._errors.append(exc)
@@ -195,11 +203,21 @@ class Threads:
 
     def _interrupt(self) -> None:
         self._stop.set()
-        with self._lock:
-            for ident in self._running:
-                _raise_in(ident, KeyboardInterrupt)
-        deadline = time.monotonic() + GIVE_BACK_SECONDS
-        for thread in self._threads:
+        now = time.monotonic()
+        deadline, again, gap = now + GIVE_BACK_SECONDS, now, 1.0
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._running:
+                    break
+                if (
+                    time.monotonic() >= again
+                ):  # again later, seldom: a rollback is short
+                    for ident in self._running:
+                        _raise_in(ident, KeyboardInterrupt)
+                    again, gap = time.monotonic() + gap, gap * 2
+            for thread in self._threads:
+                thread.join(_JOIN_SLICE_SECONDS / len(self._threads))
+        for thread in self._threads:  # out of _running: its last lines
             thread.join(max(0.0, deadline - time.monotonic()))
 
 

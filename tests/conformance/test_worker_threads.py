@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,38 @@ def test_an_interruption_gives_back_every_thread_s_lease(store: Store, folder: P
     assert caught.value.summary == WorkSummary(claimed=4, released=4)
     assert states(store) == Counter(ready=10)  # given back: nothing left leased
     assert all(m.attempts == 0 for m in store.messages()) and not effects(store)
+
+
+@pytest.mark.timeout(120)
+def test_an_interruption_a_thread_dropped_is_sent_again(store: Store, folder: Path) -> None:
+    # Python drops an exception raised in a thread while a finalizer runs there;
+    # this slow step drops the first one itself, and still gives its lease back.
+    store.enqueue(line(1) + line(2))
+    dropped = threading.Event()
+
+    def drops_the_first(message: Any) -> str:
+        (folder / f"started-{message.event_id}").touch()
+        try:
+            while True:
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            dropped.set()
+        while True:  # until interrupted again
+            time.sleep(0.05)
+
+    def interrupt_with_two_in_hand() -> None:
+        until(lambda: len(started(folder)) == 2, timeout=60, what="two messages in hand")
+        _thread.interrupt_main()
+
+    helper = threading.Thread(target=interrupt_with_two_in_hand)
+    helper.start()
+    try:
+        with pytest.raises(WorkInterrupted) as caught:
+            work(store, LongHandler(drops_the_first, module(folder).record), concurrency=2)
+    finally:
+        helper.join()
+    assert dropped.is_set() and sorted(caught.value.released) == ["E0001", "E0002"]
+    assert states(store) == Counter(ready=2)
 
 
 @pytest.mark.one_engine
