@@ -57,10 +57,10 @@ _PRODUCT = (
     ),
     (
         "built on the store",
-        ("queue_core.receipts", "queue_core.worker", "queue_core.schedules",
-         "queue_core.handlers"),
-        "what ships with the store and is built on it: receipts, the worker loop, the "
-        "schedules, the handlers' shapes; the store imports none of them",
+        ("queue_core.receipts", "queue_core.worker", "queue_core.worker_threads",
+         "queue_core.schedules", "queue_core.handlers"),
+        "what ships with the store and is built on it: receipts, the worker loop and its "
+        "threads, the schedules, the handlers' shapes; the store imports none of them",
     ),
     (
         "protocol",

@@ -59,7 +59,7 @@ from .queues import DEFAULT_QUEUE
 from .prometheus import exposition
 from .rules import MessageHandler
 from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
-from .worker import LongHandler, WorkInterrupted, work
+from .worker import LongHandler, WorkerConfig, WorkInterrupted, work
 
 # The commands that only read: on a database this process may not write, they
 # open it read-only (Store.open_read_only) instead of failing.
@@ -230,13 +230,48 @@ def _worker_handler(args: argparse.Namespace) -> MessageHandler | LongHandler[An
         raise UsageError("--category adds categories to the ledger's handler; "
                          "it cannot go with --handler")
     try:
-        return load_handler(args.handler)
+        # a plain handler(tx, message), or a LongHandler object (two steps)
+        handler: MessageHandler | LongHandler[Any] = load_handler(args.handler)
     except HandlerNotFound as exc:
         raise UsageError(str(exc)) from None
+    return handler
+
+
+def _worker_config(
+    args: argparse.Namespace, handler: MessageHandler | LongHandler[Any]
+) -> WorkerConfig:
+    """The options as a WorkerConfig; what only a two-step handler takes is refused by name."""
+    two_steps = isinstance(handler, LongHandler)
+    if args.heartbeat_every is not None and not two_steps:
+        raise UsageError(
+            "--heartbeat-every needs a two-step handler (a LongHandler): a plain "
+            "handler runs inside its transaction, where no extension can commit"
+        )
+    if two_steps and args.batch != 1:
+        raise UsageError(
+            f"--batch {args.batch}: a two-step handler (a LongHandler) takes one "
+            "message at a time per thread; use --concurrency for more at once"
+        )
+    return WorkerConfig(
+        lease_seconds=args.lease_seconds,
+        max_messages=args.max_messages,
+        batch=args.batch,
+        heartbeat_every=args.heartbeat_every,
+        forever=args.forever,
+        poll_seconds=1.0 if args.poll is None else args.poll,
+        concurrency=args.concurrency,
+    )
 
 
 def _work(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     handler = _worker_handler(args)  # refused before anything is written
+    lease_seconds = store.lease_seconds_for(args.lease_seconds)
+    if args.heartbeat_every is not None and not args.heartbeat_every < lease_seconds:
+        raise UsageError(
+            f"--heartbeat-every {args.heartbeat_every:g} must be below the "
+            f"lease ({lease_seconds} s; --lease-seconds sets it)"
+        )
+    config = _worker_config(args, handler)
     if args.handler is None:
         ledger.install(store)  # the ledger's table, beside the queue
     progress = Progress.for_run(quiet=args.quiet, as_json=args.json)
@@ -245,12 +280,8 @@ def _work(store: Store, args: argparse.Namespace, out: TextIO) -> int:
             summary = work(
                 store,
                 handler,
-                lease_seconds=args.lease_seconds,
-                max_messages=args.max_messages,
-                batch=args.batch,
+                config,
                 progress=progress,
-                forever=args.forever,
-                poll_seconds=1.0 if args.poll is None else args.poll,
                 stop=stopping.stop,
                 on_error=_waiting_out,
             )

@@ -26,7 +26,7 @@ from .rules import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MAX_PRIORITY, MIN_PRIORI
 from .schedules import MAX_PERIOD_SECONDS
 from .store import BUSY_RETRY_SECONDS, DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS
 from .values import STATES
-from .worker import MAX_POLL_SECONDS
+from .worker import MAX_CONCURRENCY, MAX_POLL_SECONDS
 
 DEFAULT_DB = "queue.sqlite3"
 MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
@@ -404,6 +404,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="with --forever: how long to wait when nothing is available (default: 1)",
+    )
+
+    def heartbeat_seconds(text: str) -> float:
+        seconds = _decimal_seconds(text, MAX_LEASE_SECONDS)
+        if seconds == 0:
+            raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
+        return seconds
+
+    worker.add_argument(
+        "--heartbeat-every",
+        type=heartbeat_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="a two-step handler (LongHandler): extend its lease this often while "
+        "its prepare step runs (default: a quarter of the lease)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=_whole_number(1, MAX_CONCURRENCY),
+        default=1,
+        metavar="N",
+        help="N threads in this process, each with a message in hand: two-step "
+        "handlers' prepare steps run side by side, writes take turns (default: 1)",
     )
     shown = worker.add_mutually_exclusive_group()
     shown.add_argument(

@@ -13,6 +13,11 @@ Several workers may run at once on one file; the store waits out the lock.
 A handler that raises is recorded on its message by the store (``handler_error``
 or the refusal's own code) and the loop goes on with the next message.
 
+With ``concurrency=N`` the loop runs in N threads of one process
+(``worker_threads``): each claims and completes its own messages on its own
+connection, the counts add up across them, and ``max_messages`` holds for all
+of them together.
+
 A plain handler runs inside the completion's transaction, where no extension
 of the lease can commit (the transaction holds SQLite's write lock, or the
 message's row on PostgreSQL). Work longer than a lease should be is a
@@ -25,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from .errors import LeaseLost, StorageError
@@ -41,6 +46,9 @@ from .rules import (
 from .store import Store
 from .transactions import Tx
 from .values import Claimed, Lease, Message, Outcome
+from .worker_threads import MAX_CONCURRENCY as MAX_CONCURRENCY  # re-exported
+from .worker_threads import Tally, Threads, check_concurrency
+from .worker_threads import WorkSummary as WorkSummary  # re-exported
 
 R = TypeVar("R")
 
@@ -54,25 +62,11 @@ MAX_PAUSE_SECONDS = 30.0
 MAX_POLL_SECONDS = 3600  # a --forever worker looks for new messages at least hourly
 
 
-@dataclass(frozen=True)
-class WorkSummary:
-    """What one run of the worker did."""
-
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    dead: int = 0
-    lease_lost: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
 class WorkInterrupted(KeyboardInterrupt):
     """``work`` was interrupted in the middle of a message; the lease in hand was given back.
 
-    ``summary`` is what the worker did until then (the interrupted messages
-    are not in it); ``released`` names the messages given back, ready again.
+    ``summary`` is what the worker did until then: the interrupted messages
+    count as claimed and as ``released``; ``released`` names them, ready again.
     """
 
     def __init__(self, summary: WorkSummary, released: tuple[str, ...] = ()) -> None:
@@ -134,6 +128,11 @@ class WorkerConfig:
     :param poll_seconds: how long a ``forever`` worker sleeps when nothing is
         available (default 1 s, at most an hour): a new message waits at most
         about this long.
+    :param concurrency: threads in this process (1..``MAX_CONCURRENCY``), each
+        with its own connection and its own message in hand. A ``LongHandler``'s
+        ``prepare`` steps run side by side; writes take turns (on SQLite, one
+        writer at a time), so a plain handler, which runs inside its write,
+        gains nothing from threads on SQLite.
     """
 
     lease_seconds: int | None = None
@@ -142,6 +141,7 @@ class WorkerConfig:
     heartbeat_every: float | None = None
     forever: bool = False
     poll_seconds: float = 1.0
+    concurrency: int = 1
 
     def __post_init__(self) -> None:
         if self.lease_seconds is not None:
@@ -188,6 +188,7 @@ class WorkerConfig:
                 f"poll_seconds must be a number of seconds above 0, at most "
                 f"{MAX_POLL_SECONDS}, got {self.poll_seconds!r}"
             )
+        check_concurrency(self.concurrency)
 
 
 class WorkOptions(TypedDict, total=False):
@@ -199,43 +200,12 @@ class WorkOptions(TypedDict, total=False):
     heartbeat_every: float | None
     forever: bool
     poll_seconds: float
+    concurrency: int
 
 
 def _seconds(value: object) -> bool:
     """Whether ``value`` is a number of seconds (an int or a float, not a bool)."""
     return not isinstance(value, bool) and isinstance(value, (int, float))
-
-
-@dataclass
-class _Run:
-    """What one run of ``work`` did so far, and the leases it holds now."""
-
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    dead: int = 0
-    lease_lost: int = 0
-    # the leases claimed and not yet finished
-    hand: list[Lease] = field(default_factory=list)
-
-    def count(self, outcome: Outcome) -> None:
-        """One more message claimed and ended with ``outcome``."""
-        self.claimed += 1
-        if outcome is Outcome.DONE:
-            self.done += 1
-        elif outcome is Outcome.RETRY:
-            self.retried += 1
-        elif outcome is Outcome.DEAD:
-            self.dead += 1
-        elif outcome is Outcome.LEASE_LOST:
-            self.lease_lost += 1
-        else:  # a worker never releases: it completes or fails what it claimed
-            raise ValueError(f"a worker's message cannot end {outcome.value!r}")
-
-    def summary(self) -> WorkSummary:
-        return WorkSummary(
-            self.claimed, self.done, self.retried, self.dead, self.lease_lost
-        )
 
 
 @dataclass(frozen=True)
@@ -271,9 +241,11 @@ def work(
     commits per message; each message then waits for the whole batch, so the
     lease must cover k handlers' time.
 
-    A ``LongHandler`` takes one message at a time: claim, its ``prepare``
-    outside any transaction under ``Store.heartbeat``, then the completion
-    with its ``write``.
+    A ``LongHandler`` takes one message at a time per thread: claim, its
+    ``prepare`` outside any transaction under ``Store.heartbeat``, then the
+    completion with its ``write``. ``concurrency=N`` runs N such threads
+    (``worker_threads``); the calling thread waits for them and takes the
+    signals.
 
     :param store: the queue; ``work`` opens no connection of its own (a heartbeat's
         thread opens one).
@@ -281,7 +253,8 @@ def work(
         ``LongHandler``.
     :param config: how to run (``WorkerConfig``); or give its fields as keyword
         arguments (``lease_seconds``, ``max_messages``, ``batch``,
-        ``heartbeat_every``, ``forever``, ``poll_seconds``), not both.
+        ``heartbeat_every``, ``forever``, ``poll_seconds``, ``concurrency``),
+        not both.
     :param progress: called with the counts so far after each turn (about every
         50 ms while busy).
     :param stop: when set, the worker takes no new message; the one in hand is
@@ -294,19 +267,59 @@ def work(
     :param options: ``WorkerConfig``'s fields, when ``config`` is not given.
     :returns: counts of claimed, done, retried, dead and lease-lost messages.
     :raises WorkInterrupted: ``KeyboardInterrupt`` came in the middle of a
-        message: its transaction was rolled back and its lease given back.
+        message: its transaction was rolled back and its lease given back
+        (with N threads, every thread's).
     """
     if not isinstance(store, Store):
         raise TypeError(f"work() takes a Store first, got {type(store).__name__}")
     check_handler_shape(handler)  # a handler that cannot take its arguments: refused now
     plan = _settle(store, handler, _config(config, options), progress, stop, on_error)
-    run = _Run()
+    run = Tally(plan.config.max_messages)
     try:
-        _loop(store, handler, plan, run)
+        if plan.config.concurrency == 1:
+            _worker(store, handler, plan, run, [])
+        else:
+            _in_threads(store, handler, plan, run)
     except KeyboardInterrupt:
-        released = _give_back(store, run.hand)
-        raise WorkInterrupted(run.summary(), released) from None
+        raise WorkInterrupted(run.summary(), tuple(run.given_back)) from None
     return run.summary()
+
+
+def _in_threads(
+    store: Store, handler: MessageHandler | LongHandler[Any], plan: _Plan, run: Tally
+) -> None:
+    """``_loop`` in ``concurrency`` threads; interrupted, their leases are given back here."""
+    hands: list[list[Lease]] = [[] for _ in range(plan.config.concurrency)]
+
+    def body(index: int) -> None:
+        try:
+            _loop(store, handler, plan, run, hands[index])
+        finally:  # one thread, one connection: not kept until close()
+            store._release_thread_connection()
+
+    threads = Threads(plan.config.concurrency, body, plan.stop)
+    try:
+        threads.run()
+    except KeyboardInterrupt:
+        for index, hand in enumerate(hands):
+            if threads.ended(index):  # else its lease runs out by itself
+                run.gave_back(_give_back(store, hand))
+        raise
+
+
+def _worker(
+    store: Store,
+    handler: MessageHandler | LongHandler[Any],
+    plan: _Plan,
+    run: Tally,
+    hand: list[Lease],
+) -> None:
+    """The loop in the calling thread; interrupted, it gives back the leases in ``hand``."""
+    try:
+        _loop(store, handler, plan, run, hand)
+    except KeyboardInterrupt:
+        run.gave_back(_give_back(store, hand))
+        raise
 
 
 def _config(config: WorkerConfig | None, options: WorkOptions) -> WorkerConfig:
@@ -363,7 +376,22 @@ def _settle(
     else:
         check_handler(handler)
     stop = threading.Event() if stop is None else stop
+    if progress is not None and config.concurrency > 1:
+        progress = _one_at_a_time(progress)
     return _Plan(config, lease_seconds, every, stop, progress, on_error)
+
+
+def _one_at_a_time(
+    progress: Callable[[WorkSummary], None],
+) -> Callable[[WorkSummary], None]:
+    """``progress`` called by one thread at a time (a display is not thread-safe)."""
+    lock = threading.Lock()
+
+    def report(summary: WorkSummary) -> None:
+        with lock:
+            progress(summary)
+
+    return report
 
 
 def _give_back(store: Store, hand: list[Lease]) -> tuple[str, ...]:
@@ -382,23 +410,18 @@ def _loop(
     store: Store,
     handler: MessageHandler | LongHandler[Any],
     plan: _Plan,
-    run: _Run,
+    run: Tally,
+    hand: list[Lease],
 ) -> None:
     config, stop = plan.config, plan.stop
-
-    def wanted() -> int:
-        if config.max_messages is None:
-            return config.batch
-        return min(config.batch, config.max_messages - run.claimed)
-
     pause = config.poll_seconds
-    while not stop.is_set() and wanted() > 0:
+    while not stop.is_set() and run.remaining() > 0:
         try:
-            worked = _turn(store, handler, plan, wanted, run)
+            worked = _turn(store, handler, plan, run, hand)
         except StorageError as error:
             if not config.forever or error.code not in PASSING_ERRORS:
                 raise
-            run.hand.clear()  # out of reach: those leases run out by themselves
+            hand.clear()  # out of reach: those leases run out by themselves
             if plan.on_error is not None:
                 plan.on_error(error, pause)
             stop.wait(pause)
@@ -423,26 +446,34 @@ def _turn(
     store: Store,
     handler: MessageHandler | LongHandler[Any],
     plan: _Plan,
-    wanted: Callable[[], int],
-    run: _Run,
+    run: Tally,
+    hand: list[Lease],
 ) -> bool:
     """Work for one turn; False when nothing was available."""
     if isinstance(handler, LongHandler):
-        outcome = _long_step(store, handler, plan.lease_seconds, plan.every, run.hand)
-        if outcome is None:
+        if not run.reserve(1):
             return False
-        run.count(outcome)
-        return True
+        outcome = None
+        try:
+            outcome = _long_step(store, handler, plan.lease_seconds, plan.every, hand)
+        finally:
+            run.settle(1, [] if outcome is None else [outcome])
+        return outcome is not None
     # One turn for a slice of messages, then let a waiting worker in: fair
     # between processes, without trading places at every transaction.
     with store.writer_turn():
         slice_ends = time.monotonic() + TURN_SLICE_SECONDS
-        while not plan.stop.is_set() and wanted() > 0:
-            outcomes = _step(store, handler, plan.lease_seconds, wanted(), run.hand)
+        while not plan.stop.is_set():
+            wanted = run.reserve(plan.config.batch)
+            if not wanted:
+                break
+            outcomes: list[Outcome] = []  # one outcome per lease
+            try:
+                outcomes = _step(store, handler, plan.lease_seconds, wanted, hand)
+            finally:
+                run.settle(wanted, outcomes)
             if not outcomes:
                 return False
-            for outcome in outcomes:  # one outcome per lease
-                run.count(outcome)
             if time.monotonic() >= slice_ends:
                 break
     return True
@@ -463,7 +494,9 @@ def _step(
     if wanted > 1:
         batch = store.claim_messages(wanted, lease_seconds)
         hand[:] = [claimed.lease for claimed in batch]
-        outcomes = [c.outcome for c in store.complete_many(batch, handler)] if batch else []
+        outcomes = (
+            [c.outcome for c in store.complete_many(batch, handler)] if batch else []
+        )
         hand.clear()
         return outcomes
     # the simple path: one statement to claim, one transaction to complete
@@ -502,7 +535,9 @@ def _long_step(
         return None
     lease, message = claimed
     hand[:] = [lease]
-    outcome = _prepare_and_complete(store, handler, lease, message, every, lease_seconds, hand)
+    outcome = _prepare_and_complete(
+        store, handler, lease, message, every, lease_seconds, hand
+    )
     hand.clear()
     return outcome
 

@@ -37,13 +37,16 @@ Measured, all on WAL with ``synchronous=FULL`` (the peers are set to FULL too):
 * peers: persist-queue ``SQLiteAckQueue`` get+ack, litequeue pop+done, huey's
   ``SqliteStorage`` dequeue (deletes on dequeue: at-most-once) and dequeue +
   ``put_data`` (a stored result). They are installed only for the benchmark.
+* slow work (bench_slow_work.py): a producer's ``send()`` latency while a
+  worker runs 2-second handlers, plain and ``LongHandler``; 8 threads with
+  0.5-second slow steps; the short handler with 8 threads against one.
 * ``claim`` cost over 10,000 and 1,000,000 done rows (the claim query and its
   UPDATE, without the commit), and in one of 10 named queues of 100,000 ready
   messages each against a lone such queue, enqueue of 1,000 lines, and a worker's memory
   over 100,000 messages (10 files of 10,000).
 
 The measurements are in bench_common.py (the messages and their check),
-bench_sqlite.py, bench_postgres.py and bench_peers.py; this file runs them
+bench_sqlite.py, bench_postgres.py, bench_peers.py and bench_slow_work.py; this file runs them
 in rounds and writes the report.
 """
 
@@ -68,6 +71,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_peers  # noqa: E402
+import bench_slow_work  # noqa: E402
 from bench_common import NOW, ROOT, fill_queue, fresh_queue, verify_queue  # noqa: E402,F401
 from bench_postgres import PostgresDatabases  # noqa: E402
 from bench_sqlite import (  # noqa: E402,F401
@@ -96,7 +100,8 @@ PG_BATCH = 64  # the batched path on PostgreSQL: messages per transaction
 
 def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_peers: bool = True, history: tuple[int, int] = (10_000, 1_000_000),
         memory: tuple[int, int] = (10, 10_000), queue_rows: int = 100_000, worker_counts: tuple[int, ...] = WORKER_COUNTS,
-        batch_sizes: tuple[int, ...] = BATCH_SIZES, postgres: bool = True) -> dict[str, Any]:
+        batch_sizes: tuple[int, ...] = BATCH_SIZES, postgres: bool = True,
+        slow_work: bench_slow_work.Settings | None = None) -> dict[str, Any]:
     """Every measurement, ``rounds`` times in rotating order; medians and the targets' ratios."""
     samples: dict[str, list[float]] = {}
     latencies: dict[str, list[float]] = {}
@@ -200,6 +205,8 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_p
         queue_seconds = measure_claim_queues(Path(tmp), queue_rows)
         enqueue_seconds, parse_seconds = measure_enqueue(Path(tmp))
         memory_kib = measure_memory(Path(tmp), *memory) if memory[0] else []
+    # slow handlers beside a producer, and worker threads (bench_slow_work.py): a phase of its own
+    slow = bench_slow_work.run(slow_work) if slow_work is not None else None
 
     median = {name: statistics.median(values) for name, values in samples.items()}
     raw = median["raw"]
@@ -235,6 +242,8 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_p
     }
     if memory_kib:
         targets["worker memory: last / first round"] = (memory_kib[-1] / memory_kib[0], "<= 1.1 (flat)")
+    if slow is not None:
+        targets.update(slow.pop("targets"))
     return {
         "machine": _machine(),
         "parameters": {"messages": messages, "rounds": rounds, "batch_sizes": list(batch_sizes),
@@ -254,6 +263,7 @@ def run(messages: int = 5000, rounds: int = 3, *, peers: bool = True, postgres_p
         "enqueue_1000_ms": round(enqueue_seconds * 1000, 2),
         "enqueue_1000_parse_ms": round(parse_seconds * 1000, 2),
         "memory_kib": memory_kib,
+        **({"slow_work": slow} if slow is not None else {}),
         "targets": {name: {"value": round(value, 3), "target": target, "met": _met(value, target)}
                     for name, (value, target) in targets.items()},
         "peers": with_peers,
@@ -369,10 +379,11 @@ def main() -> None:
         parser.error("--messages must be 1..10000 (event ids are E0000..E9999)")
     if args.quick:
         result = run(messages=300, rounds=1, peers=False, postgres_peers=False, history=(1_000, 10_000), memory=(2, 300), queue_rows=2_000,
-                     worker_counts=(1, 2), batch_sizes=(16,), postgres=args.postgres)
+                     worker_counts=(1, 2), batch_sizes=(16,), postgres=args.postgres,
+                     slow_work=bench_slow_work.SMOKE)
     else:
         result = run(messages=args.messages, rounds=args.rounds, postgres=args.postgres,
-                     postgres_peers=args.postgres_peers)
+                     postgres_peers=args.postgres_peers, slow_work=bench_slow_work.FULL)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

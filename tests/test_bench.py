@@ -63,6 +63,7 @@ def test_a_wrong_result_is_refused(tmp_path: Path) -> None:
         raise AssertionError("an unworked queue passed verification")
 
 
+@pytest.mark.timeout(300)  # the slow-work section waits out 2-second handlers for real
 def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
     out = tmp_path / "out"
     subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)], check=True,
@@ -71,6 +72,11 @@ def test_quick_mode_writes_its_files(tmp_path: Path) -> None:
     assert result["parameters"]["messages"] == 300
     assert (out / "results.md").read_text(encoding="utf-8").startswith("| measurement |")
     rates = result["messages_per_second"]
+    # the slow-work section (bench_slow_work.py): every figure reported, none asserted
+    slow = result["slow_work"]
+    assert set(slow["producer"]) == {"plain", "long"} and all(p["sends"] > 0 for p in slow["producer"].values())
+    assert slow["threads_messages_per_second"] > 0 and set(slow["short_messages_per_second"]) == {"1", "8"}
+    assert len(slow["target_names"]) == 4 and set(slow["target_names"]) <= set(result["targets"])
     if os.environ.get("QUEUE_CORE_REQUIRE_POSTGRES") == "1":  # CI: the PostgreSQL column must be measured
         assert result["postgresql"]["synchronous_commit"] == "on", result["postgresql"]
         assert rates["postgresql raw"] > 0 and rates["postgresql workers_1"] > 0 and rates["postgresql workers_2"] > 0

@@ -216,7 +216,9 @@ def test_a_second_ctrl_c_rolls_back_and_gives_the_lease_back(store: Store, folde
     status, out, err = stopped_in_hand(folder, store.target, "myapp:hang", "E0001", signal.SIGINT, signal.SIGINT)
     assert status == 130
     assert "queue-core: interrupted; gave back E0001 (ready again)" in err
-    assert json.loads(out)["claimed"] == 0  # the interrupted message is not counted: it was given back
+    # the interrupted message counts as claimed, and as given back
+    assert json.loads(out) == {"claimed": 1, "done": 0, "retried": 0, "dead": 0, "lease_lost": 0,
+                               "released": 1}
     stored = store.message("E0001")
     # ready at once, the claim not counted as an attempt; the handler's writes rolled back
     assert (stored.state, stored.attempts, stored.generation, stored.lease_until) == ("ready", 0, 1, None)
@@ -309,7 +311,8 @@ def test_an_interruption_mid_message_gives_the_leases_back(store: Store, batch: 
     with pytest.raises(WorkInterrupted) as caught:
         work(store, interrupted, batch=batch)
     given_back = ["E0001", "E0002", "E0003"][:batch]
-    assert caught.value.released == tuple(given_back) and caught.value.summary == WorkSummary()
+    assert caught.value.released == tuple(given_back)
+    assert caught.value.summary == WorkSummary(claimed=batch, released=batch)
     assert isinstance(caught.value, KeyboardInterrupt)
     for message in store.messages():
         assert (message.state, message.attempts) == ("ready", 0)
