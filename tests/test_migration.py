@@ -1,4 +1,4 @@
-"""Older schema versions are migrated to the current one (4) on open, in one transaction.
+"""Older schema versions are migrated to the current one on open, in one transaction.
 
 A version-1 database is built by hand, exactly as the v1 code made it
 (``docs_support/old_versions.py``: v1's schema copied verbatim; v1 created the
@@ -92,9 +92,9 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     with Store(v1, clock=ModelClock(1000)):
         # The migration is checkpointed at once: the new version is in the file itself
         # while the store is still open, not only in its WAL.
-        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 6
-    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION == 6
-    assert select(v1, "PRAGMA user_version") == [(6,)]
+        assert header_version(v1) == sqlite_engine.SCHEMA_VERSION
+    assert header_version(v1) == sqlite_engine.SCHEMA_VERSION
+    assert select(v1, "PRAGMA user_version") == [(sqlite_engine.SCHEMA_VERSION,)]
     assert select(v1, "PRAGMA application_id") == [(sqlite_engine.APPLICATION_ID,)]
     assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS, "queue",
                                       "lease_token"]
@@ -381,7 +381,7 @@ def test_a_version_3_file_moves_to_named_queues_keeping_every_row(tmp_path: Path
     before, effects = select(path, every), select(path, "SELECT * FROM effects ORDER BY event_id")
     assert header_version(path) == 3 and before and effects
     with Store(path, clock=ModelClock(1200)) as store:
-        assert header_version(path) == 6
+        assert header_version(path) == sqlite_engine.SCHEMA_VERSION
         # every row as it was, in the default queue, which keeps the teaching rule
         # (and, claimed before version 5, with no lease token)
         assert select(path, every) == [(*row, "default", 0) for row in before]
@@ -477,7 +477,7 @@ def test_a_version_4_file_gets_lease_tokens_and_its_leases_still_complete(tmp_pa
     assert header_version(path) == 4 and "lease_token" not in columns(path, "messages")
     with Store(path, clock=clock) as store:
         ledger.install(store)
-        assert header_version(path) == sqlite_engine.SCHEMA_VERSION == 6
+        assert header_version(path) == sqlite_engine.SCHEMA_VERSION
         assert columns(path, "messages")[-1] == "lease_token"
         assert select(path, "SELECT * FROM messages ORDER BY event_id") == [(*row, 0) for row in before]
         # a lease a version-4 worker holds (token 0, as the row's) still completes
