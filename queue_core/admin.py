@@ -42,7 +42,7 @@ class Administering:
         max_payload_bytes: int = DEFAULT_SETTINGS.max_payload_bytes,
         backoff_base_seconds: int = DEFAULT_SETTINGS.backoff_base_seconds,
         backoff_max_seconds: int = DEFAULT_SETTINGS.backoff_max_seconds,
-        backoff_jitter: float = NEW_QUEUE_BACKOFF_JITTER,
+        backoff_jitter: float | None = None,
     ) -> QueueSettings:
         """Create queue ``name`` in this database with its own settings; returns them.
 
@@ -56,12 +56,17 @@ class Administering:
         :param backoff_max_seconds: no delay is longer (its cap), nor is a
             ``TemporaryFailure``'s ``retry_after``.
         :param backoff_jitter: the fraction 0..1 each delay may lose at random,
-            so that messages failed together do not return together (0.2 for a
-            new queue; the queue ``default`` has 0).
+            so that messages failed together do not return together (None:
+            ``NEW_QUEUE_BACKOFF_JITTER``; the queue ``default`` has 0).
         :raises InvalidQueue: a name or setting is unusable (nothing written).
         :raises QueueConflict: the queue exists with other settings (with the
             same ones, nothing happens).
         """
+        if backoff_jitter is None:  # the queue default's own is no jitter
+            default = name == DEFAULT_SETTINGS.name
+            backoff_jitter = (
+                DEFAULT_SETTINGS.backoff_jitter if default else NEW_QUEUE_BACKOFF_JITTER
+            )
         wanted = checked_settings(
             name,
             id_pattern=id_pattern,

@@ -399,11 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--backoff-jitter",
         type=_fraction,
-        default=NEW_QUEUE_BACKOFF_JITTER,
+        default=None,
         metavar="FRACTION",
         dest="backoff_jitter",
         help="the part of each delay taken off at random, so that messages "
-        f"failed together come back apart: 0..1 (default: {NEW_QUEUE_BACKOFF_JITTER})",
+        f"failed together come back apart: 0..1 (default: {NEW_QUEUE_BACKOFF_JITTER}; "
+        f"{DEFAULT_SETTINGS.backoff_jitter:g} for {DEFAULT_QUEUE})",
     )
     queues = command("queues", "every queue: its settings and counts by state")
     queues.add_argument("--json", action="store_true", help="print JSON")

@@ -29,6 +29,7 @@ from queue_core import (
     TemporaryFailure,
     Tx,
     backoff_seconds,
+    work,
 )
 from queue_core.engines import APPLICATION_ID
 from queue_core.engines import postgres as postgres_engine
@@ -128,8 +129,6 @@ def test_retry_after_replaces_the_backoff_within_the_cap(slow: Store, clock: Mod
 
 
 def test_retry_after_reaches_the_store_on_the_workers_path(slow: Store, clock: ModelClock) -> None:
-    from queue_core import work
-
     slow.send("s-1", {})
     assert work(slow, refuse(retry_after=7)).retried == 1
     assert slow.message("s-1").available_at == clock.now() + 7
@@ -195,7 +194,7 @@ def test_store_and_create_queue_refuse_a_budget_over_the_bound(store: Store) -> 
     ("backoff_jitter", float("nan"), "backoff_jitter must be a fraction 0..1"),
     ("backoff_base_seconds", 7200, "backoff_base_seconds 7200 is above backoff_max_seconds 3600"),
 ])
-def test_a_bad_policy_is_refused_naming_its_setting(tmp_path: Path, setting: str, value: Any, named: str) -> None:
+def test_a_bad_policy_is_refused_naming_its_setting(setting: str, value: Any, named: str) -> None:
     from queue_core.queues import settings
 
     good: dict[str, Any] = {key: getattr(DEFAULT_SETTINGS, key) for key in SETTING_BOUNDS}
@@ -292,3 +291,11 @@ def test_a_bad_policy_on_the_command_line_exits_2_naming_the_option(
     refused = cli(tmp_path, store.target, "create", "slow", "--id-pattern", "s-[0-9]+", *args)
     assert refused.returncode == 2 and named in refused.stderr and "Traceback" not in refused.stderr
     assert store.queue_settings("slow") is None
+
+
+def test_creating_the_default_queue_again_keeps_its_policy(tmp_path: Path, store: Store) -> None:
+    assert store.create_queue("default") == DEFAULT_SETTINGS  # its own settings: no conflict
+    again = cli(tmp_path, store.target, "create", "default")
+    assert again.returncode == 0 and json.loads(again.stdout)["created"] is False, again.stderr
+    other = cli(tmp_path, store.target, "create", "default", "--backoff-jitter", "0.5")  # the control
+    assert other.returncode == 2 and "queue_conflict" in other.stderr
