@@ -48,6 +48,7 @@ from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
 from .store import (
     DEFAULT_LEASE_SECONDS,
     MAX_ATTEMPTS,
+    MAX_ATTEMPTS_LIMIT,
     Store,
     backoff_seconds,
 )
@@ -123,6 +124,7 @@ __all__ = [
     "Pruned",
     "DEFAULT_LEASE_SECONDS",
     "MAX_ATTEMPTS",
+    "MAX_ATTEMPTS_LIMIT",
     "backoff_seconds",
     "work",
     "WorkerConfig",

@@ -194,6 +194,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
             print_json(result.to_dict(), out)
         return 0
     if args.command == "create":
+        if args.backoff_base_seconds > args.backoff_max_seconds:
+            raise UsageError(
+                f"--backoff-base {args.backoff_base_seconds} is above "
+                f"--backoff-max {args.backoff_max_seconds}"
+            )
         with open_store(create=True, on=DEFAULT_QUEUE) as store:
             existed = store.queue_settings(args.name) is not None
             made = store.create_queue(
@@ -202,6 +207,9 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 max_attempts=args.max_attempts,
                 lease_seconds=args.lease_seconds,
                 max_payload_bytes=args.max_payload_bytes,
+                backoff_base_seconds=args.backoff_base_seconds,
+                backoff_max_seconds=args.backoff_max_seconds,
+                backoff_jitter=args.backoff_jitter,
             )
             print_json({"created": not existed, **made.to_dict()}, out)
         return 0

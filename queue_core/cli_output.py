@@ -186,7 +186,20 @@ def queues_table(queues: list[tuple[QueueSettings, StateCounts]]) -> str:
             f"{q.max_attempts:>8}  {q.lease_seconds:>7}  {q.max_payload_bytes:>9}  "
             + "  ".join(f"{counts.count(state):>6}" for state in STATES)
         )
+    # the retry policies below: a second table keeps each line within 80 columns
+    lines += ["", f"{'queue':<{name_width}}  retry after a temporary failure"]
+    for q, _ in queues:
+        lines.append(f"{q.name:<{name_width}}  {retry_policy(q)}")
     return "\n".join(lines) + "\n"
+
+
+def retry_policy(q: QueueSettings) -> str:
+    """A queue's retry policy in words: ``1 s doubling, at most 3600 s, jitter 0.2``."""
+    jitter = f"jitter {q.backoff_jitter:g}" if q.backoff_jitter else "no jitter"
+    return (
+        f"{q.backoff_base_seconds} s doubling, at most {q.backoff_max_seconds} s, "
+        f"{jitter}"
+    )
 
 
 def message_json(m: Message) -> dict[str, Any]:

@@ -21,7 +21,13 @@ from .app.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
 from .clock import MAX_SECONDS
 from .cli_output import PROG
 from .errors import InvalidQueue, QueueError
-from .queues import DEFAULT_QUEUE, DEFAULT_SETTINGS, SETTING_BOUNDS, check_queue_name
+from .queues import (
+    DEFAULT_QUEUE,
+    DEFAULT_SETTINGS,
+    NEW_QUEUE_BACKOFF_JITTER,
+    SETTING_BOUNDS,
+    check_queue_name,
+)
 from .rules import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MAX_PRIORITY, MIN_PRIORITY
 from .schedules import MAX_PERIOD_SECONDS
 from .store import BUSY_RETRY_SECONDS, DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS
@@ -147,6 +153,15 @@ def _every(text: str) -> int:
             f"expected a period of 1..{MAX_PERIOD_SECONDS} seconds, got {text}"
         )
     return seconds
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a fraction 0..1 such as 0, 0.2 or 1."""
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) or not float(text) <= 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction 0..1 such as 0, 0.2 or 1, got {text!r}"
+        )
+    return float(text)
 
 
 def _queue_name(text: str) -> str:
@@ -488,10 +503,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Python regular expression every event id must match in full "
         f"(default: {DEFAULT_SETTINGS.id_pattern})",
     )
-    for option, key in (
-        ("--max-attempts", "max_attempts"),
-        ("--lease-seconds", "lease_seconds"),
-        ("--max-payload-bytes", "max_payload_bytes"),
+    for option, key, metavar, what in (
+        ("--max-attempts", "max_attempts", "N", "claims per cycle before dead: "),
+        ("--lease-seconds", "lease_seconds", "N", ""),
+        ("--max-payload-bytes", "max_payload_bytes", "N", ""),
+        ("--backoff-base", "backoff_base_seconds", "SECONDS",
+         "the delay after a first temporary failure, doubled after each next: "),
+        ("--backoff-max", "backoff_max_seconds", "SECONDS",
+         "no delay is longer, nor a handler's retry_after: "),
     ):
         low, high = SETTING_BOUNDS[key]
         default = getattr(DEFAULT_SETTINGS, key)
@@ -499,9 +518,20 @@ def build_parser() -> argparse.ArgumentParser:
             option,
             type=_whole_number(low, high),
             default=default,
-            metavar="N",
-            help=f"{low}..{high} (default: {default})",
+            metavar=metavar,
+            dest=key,
+            help=f"{what}{low}..{high} (default: {default})",
         )
+    create.add_argument(
+        "--backoff-jitter",
+        type=_fraction,
+        default=None,
+        metavar="FRACTION",
+        dest="backoff_jitter",
+        help="the part of each delay taken off at random, so that messages "
+        f"failed together come back apart: 0..1 (default: {NEW_QUEUE_BACKOFF_JITTER}; "
+        f"{DEFAULT_SETTINGS.backoff_jitter:g} for {DEFAULT_QUEUE})",
+    )
     queues = command("queues", "every queue: its settings and counts by state")
     queues.add_argument("--json", action="store_true", help="print JSON")
 

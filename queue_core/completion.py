@@ -13,17 +13,18 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .engines import THREADS
-from .errors import LeaseLost, NoThreads, StorageError
+from .errors import LeaseLost, NoThreads, StorageError, check_retry_after
 from .heartbeat import Heartbeat
 from .rules import (
     MAX_BATCH,
     MessageHandler,
-    backoff_seconds,
     check_code,
     check_handler,
     check_lease,
     lease_deadline,
     refusal,
+    retry_after_of,
+    retry_draw,
 )
 from .scope import Scope
 from .transactions import Transactions, Tx
@@ -91,7 +92,9 @@ class Completing:
             # undo the handler's writes; the read before them wrote nothing
             tx.conn.execute("ROLLBACK TO message")
             tx.failed_statement = None
-            result = self._refuse(tx, lease, *refusal(refused.error))
+            result = self._refuse(
+                tx, lease, *refusal(refused.error), retry_after_of(refused.error)
+            )
         except LeaseLost:
             if tx.conn.in_transaction:
                 tx.conn.execute("ROLLBACK TO message")
@@ -190,9 +193,10 @@ class Completing:
             )
         except _Refused as refused:
             code, detail, permanent = refusal(refused.error)
+            after = retry_after_of(refused.error)
         return self._runner._write(
             "fail",
-            lambda tx: self._refuse(tx, claimed.lease, code, detail, permanent),
+            lambda tx: self._refuse(tx, claimed.lease, code, detail, permanent, after),
         )
 
     def ack_tx(self, tx: Tx, lease: Lease) -> Completion:
@@ -398,6 +402,7 @@ class Completing:
         *,
         permanent: bool = False,
         detail: str | None = None,
+        retry_after: float | None = None,
     ) -> Completion:
         """Record a failed attempt: retry after a backoff, or dead.
 
@@ -409,14 +414,22 @@ class Completing:
         :param code: a short machine-readable reason, stored as ``last_error``.
         :param permanent: dead at once instead of a retry.
         :param detail: the reason in words, stored as ``last_detail``.
+        :param retry_after: seconds to wait instead of the queue's backoff (an
+            HTTP 429's Retry-After), at most the queue's ``backoff_max_seconds``.
         :raises LeaseLost: the lease is no longer current.
         """
         check_lease(lease)
         check_code(code, detail)
+        check_retry_after(retry_after)
         return self._runner._write(
             "fail",
             lambda tx: self.fail_tx(
-                tx, lease, code, permanent=permanent, detail=detail
+                tx,
+                lease,
+                code,
+                permanent=permanent,
+                detail=detail,
+                retry_after=retry_after,
             ),
         )
 
@@ -428,17 +441,31 @@ class Completing:
         *,
         permanent: bool = False,
         detail: str | None = None,
+        retry_after: float | None = None,
     ) -> Completion:
         """``fail`` inside the caller's transaction."""
         check_code(code, detail)
+        check_retry_after(retry_after)
         message = self.leased_tx(tx, lease)
         self._scope.at("fail.after_read")
         return self._fail_checked(
-            tx, message, code, detail, permanent=permanent, point="fail.after_update"
+            tx,
+            message,
+            code,
+            detail,
+            permanent=permanent,
+            point="fail.after_update",
+            retry_after=retry_after,
         )
 
     def _refuse(
-        self, tx: Tx, lease: Lease, code: str, detail: str | None, permanent: bool
+        self,
+        tx: Tx,
+        lease: Lease,
+        code: str,
+        detail: str | None,
+        permanent: bool,
+        retry_after: float | None = None,
     ) -> Completion:
         """A handler refused the payload: record it only if the lease is still current.
 
@@ -453,6 +480,7 @@ class Completing:
             detail,
             permanent=permanent,
             point="complete.after_update",
+            retry_after=retry_after,
         )
 
     def _fail_checked(
@@ -464,12 +492,16 @@ class Completing:
         *,
         permanent: bool,
         point: str,
+        retry_after: float | None = None,
     ) -> Completion:
         if permanent or message.attempts >= self._scope.max_attempts:
             tx.ops.fail_dead(tx.conn, self._scope.queue, message.event_id, code, detail)
             outcome = Completion(message.event_id, Outcome.DEAD, code, detail=detail)
         else:
-            available_at = tx.now() + backoff_seconds(message.attempts)
+            # the queue's retry policy; the jitter's draw is this attempt's own
+            draw = retry_draw(self._scope.queue, message.event_id, message.generation)
+            delay = self._scope.settings.backoff(message.attempts, draw, retry_after)
+            available_at = tx.now() + delay
             tx.ops.fail_retry(
                 tx.conn, self._scope.queue, message.event_id, code, detail, available_at=available_at
             )

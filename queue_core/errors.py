@@ -198,4 +198,32 @@ class PermanentFailure(HandlerFailure):
 
 
 class TemporaryFailure(HandlerFailure):
-    """A later attempt may succeed: return to ready after a backoff."""
+    """A later attempt may succeed: return to ready after a backoff.
+
+    ``retry_after`` (seconds, as an HTTP 429's Retry-After says) replaces the
+    queue's backoff for this attempt, within the queue's cap; a fraction is
+    rounded up to the next whole second.
+    """
+
+    def __init__(
+        self, code: str, detail: str = "", *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(code, detail)
+        self.retry_after = check_retry_after(retry_after)
+
+
+def check_retry_after(retry_after: object) -> float | None:
+    """``retry_after`` if it is None or a finite number of seconds, 0 or more."""
+    if retry_after is None:
+        return None
+    if isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)):
+        raise TypeError(
+            "retry_after must be a number of seconds or None, "
+            f"got {type(retry_after).__name__}"
+        )
+    if not 0 <= retry_after < float("inf"):  # NaN fails this too
+        raise ValueError(
+            "retry_after must be a finite number of seconds, 0 or more, "
+            f"got {retry_after!r}"
+        )
+    return retry_after

@@ -5,7 +5,7 @@ event id is unique within its queue. A queue's settings are stored with it
 (table ``queues``) and read when a store opens it, so every process agrees on
 them. The queue ``default`` exists in every database, with the teaching
 settings the chapters use: ids ``E`` and four digits, 3 claims, a 30 s lease,
-payloads up to 10,000 bytes.
+payloads up to 10,000 bytes, retries after 1 s then 2 s (no jitter).
 
 Names and patterns are checked here, before any SQL runs; a name is always a
 bound value, never part of a statement's text.
@@ -19,7 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .errors import InvalidQueue
-from .rules import DEFAULT_LEASE_SECONDS, MAX_ATTEMPTS, MAX_LEASE_SECONDS
+from .rules import (
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_JITTER,
+    BACKOFF_MAX_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    MAX_ATTEMPTS,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_BACKOFF_BASE_SECONDS,
+    MAX_DELAY_SECONDS,
+    MAX_LEASE_SECONDS,
+    backoff_seconds,
+)
 
 # The parser behind re.compile (private, hence imported by name): its tree is
 # what the backtracking matcher walks.
@@ -30,12 +41,20 @@ DEFAULT_QUEUE: Final = "default"
 QUEUE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 MAX_EVENT_ID_CHARS: Final = 200
 MAX_PATTERN_CHARS: Final = 1_000
-# the bounds the schema's CHECKs hold too
+# the bounds a new setting must keep; the schema's CHECKs hold them too, except
+# max_attempts, whose CHECK still admits the 1,000 an older version allowed
 SETTING_BOUNDS: Final = {
-    "max_attempts": (1, 1_000),
+    "max_attempts": (1, MAX_ATTEMPTS_LIMIT),
     "lease_seconds": (1, MAX_LEASE_SECONDS),
     "max_payload_bytes": (1, 1_000_000),
+    "backoff_base_seconds": (1, MAX_BACKOFF_BASE_SECONDS),
+    "backoff_max_seconds": (1, MAX_DELAY_SECONDS),
 }
+# A new queue's jitter: a demanding user expects the messages that one outage
+# failed together not to come back in the same second, so new queues take up to
+# a fifth off each delay (the spread of River's and Oban's +-10%); the queue
+# default keeps none, so that the teaching pages' times stay exact.
+NEW_QUEUE_BACKOFF_JITTER: Final = 0.2
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,10 @@ class QueueSettings:
     max_attempts: int  # claims per cycle before dead
     lease_seconds: int  # a claim's lease when the caller names none
     max_payload_bytes: int  # the canonical payload's limit, in UTF-8 bytes
+    # the retry policy: min(max, base * 2**(attempt-1)), less up to jitter of it
+    backoff_base_seconds: int = BACKOFF_BASE_SECONDS
+    backoff_max_seconds: int = BACKOFF_MAX_SECONDS
+    backoff_jitter: float = BACKOFF_JITTER  # the fraction 0..1 a delay may lose
     id_rule: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -60,7 +83,23 @@ class QueueSettings:
             "max_attempts": self.max_attempts,
             "lease_seconds": self.lease_seconds,
             "max_payload_bytes": self.max_payload_bytes,
+            "backoff_base_seconds": self.backoff_base_seconds,
+            "backoff_max_seconds": self.backoff_max_seconds,
+            "backoff_jitter": self.backoff_jitter,
         }
+
+    def backoff(
+        self, attempt: int, draw: float = 0.0, retry_after: float | None = None
+    ) -> int:
+        """This queue's delay after a temporary failure of ``attempt``."""
+        return backoff_seconds(
+            attempt,
+            base=self.backoff_base_seconds,
+            cap=self.backoff_max_seconds,
+            jitter=self.backoff_jitter,
+            draw=draw,
+            retry_after=retry_after,
+        )
 
     def refuses(self, event_id: str) -> str | None:
         """Why ``event_id`` breaks this queue's id rule, or None if it keeps it."""
@@ -292,6 +331,9 @@ def settings(
     max_attempts: int,
     lease_seconds: int,
     max_payload_bytes: int,
+    backoff_base_seconds: int,
+    backoff_max_seconds: int,
+    backoff_jitter: float,
 ) -> QueueSettings:
     """Validated settings for queue ``name`` (``InvalidQueue`` names what is wrong)."""
     check_queue_name(name)
@@ -299,6 +341,8 @@ def settings(
         "max_attempts": max_attempts,
         "lease_seconds": lease_seconds,
         "max_payload_bytes": max_payload_bytes,
+        "backoff_base_seconds": backoff_base_seconds,
+        "backoff_max_seconds": backoff_max_seconds,
     }
     for key, value in numbers.items():
         low, high = SETTING_BOUNDS[key]
@@ -307,7 +351,31 @@ def settings(
                 f"{key} must be a whole number {low}..{high:,}, got {value!r}",
                 code="invalid_setting",
             )
-    made = QueueSettings(name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)
+    if backoff_base_seconds > backoff_max_seconds:
+        raise InvalidQueue(
+            f"backoff_base_seconds {backoff_base_seconds} is above "
+            f"backoff_max_seconds {backoff_max_seconds}",
+            code="invalid_setting",
+        )
+    if (
+        isinstance(backoff_jitter, bool)
+        or not isinstance(backoff_jitter, (int, float))
+        or not 0 <= backoff_jitter <= 1  # NaN fails this too
+    ):
+        raise InvalidQueue(
+            f"backoff_jitter must be a fraction 0..1, got {backoff_jitter!r}",
+            code="invalid_setting",
+        )
+    made = QueueSettings(
+        name,
+        id_pattern,
+        max_attempts,
+        lease_seconds,
+        max_payload_bytes,
+        backoff_base_seconds,
+        backoff_max_seconds,
+        float(backoff_jitter),
+    )
     # a new queue only: a queue stored before this check still opens, to be drained
     check_id_pattern_safe(id_pattern)
     return made

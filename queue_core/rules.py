@@ -8,13 +8,20 @@ a reader can find every number the protocol lives by in one place.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
 from .clock import lease_deadline as lease_deadline  # re-exported: one of the rules
 from .clock import MAX_SECONDS
-from .errors import HandlerFailure, InvalidTime, PermanentFailure, StatementFailed
+from .errors import (
+    HandlerFailure,
+    InvalidTime,
+    PermanentFailure,
+    StatementFailed,
+    TemporaryFailure,
+)
 from .values import Lease, Message
 
 if TYPE_CHECKING:
@@ -25,6 +32,9 @@ DEFAULT_LEASE_SECONDS: Final = 30
 MAX_LEASE_SECONDS: Final = 365 * 86_400
 # claims per cycle, whether they ended in a failure or a silent death
 MAX_ATTEMPTS: Final = 3
+# at most 100 claims per cycle: past the cap, each further claim only waits the
+# cap again, so a longer budget is a loop, not a retry
+MAX_ATTEMPTS_LIMIT: Final = 100
 BUSY_TIMEOUT_MS: Final = 2_000  # SQLite's own wait for the write lock, per attempt
 # then we back off and retry until this much time has passed
 BUSY_RETRY_SECONDS: Final = 60.0
@@ -65,9 +75,55 @@ MIN_PRIORITY: Final = -100
 MAX_PRIORITY: Final = 100
 
 
-def backoff_seconds(attempt: int) -> int:
-    """Delay after a temporary failure of ``attempt``: 1 s, 2 s, 4 s..."""
-    return int(2 ** (attempt - 1))
+# The retry policy of the queue ``default`` (and of every queue a version-6
+# database had): 1 s, then doubling, at most an hour, no jitter.
+BACKOFF_BASE_SECONDS: Final = 1
+BACKOFF_MAX_SECONDS: Final = 3_600
+BACKOFF_JITTER: Final = 0.0
+MAX_BACKOFF_BASE_SECONDS: Final = 86_400  # a first retry a day later is already rare
+
+
+def backoff_seconds(
+    attempt: int,
+    *,
+    base: int = BACKOFF_BASE_SECONDS,
+    cap: int = BACKOFF_MAX_SECONDS,
+    jitter: float = BACKOFF_JITTER,
+    draw: float = 0.0,
+    retry_after: float | None = None,
+) -> int:
+    """Delay after a temporary failure of ``attempt`` n: min(cap, base * 2**(n-1)).
+
+    Then ``jitter`` (0..1) takes up to that fraction off the delay, by ``draw``
+    (0 <= draw < 1; ``retry_draw`` gives each message's own), so the result
+    lies in [delay * (1 - jitter), delay]. A ``retry_after`` the handler
+    asked for replaces the policy's delay, within the cap and without jitter.
+    """
+    if retry_after is not None:
+        return min(cap, math.ceil(retry_after))
+    exponent = max(attempt - 1, 0)
+    # the cap first: base << exponent is never computed past the cap's own bits
+    if exponent >= cap.bit_length():
+        delay = cap
+    else:
+        delay = min(cap, base << exponent)
+    return delay - math.floor(delay * jitter * draw)
+
+
+def retry_draw(queue: str, event_id: str, generation: int) -> float:
+    """The jitter's draw for one failed attempt, in [0, 1): random-like, yet repeatable.
+
+    A hash of the message and its claim's generation: messages that failed
+    together spread apart, and the same attempt always waits the same time
+    (on every host, in every test, on every page).
+    """
+    digest = hashlib.sha256(f"{queue}\0{event_id}\0{generation}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def retry_after_of(exc: Exception) -> float | None:
+    """The ``retry_after`` a handler's ``TemporaryFailure`` asked for, or None."""
+    return exc.retry_after if isinstance(exc, TemporaryFailure) else None
 
 
 class MessageHandler(Protocol):

@@ -57,6 +57,7 @@ from .rules import (
     HANDLER_ERROR,
     LEASE_EXPIRED,
     MAX_ATTEMPTS,
+    MAX_ATTEMPTS_LIMIT,
     MAX_BATCH,
     MAX_LEASE_SECONDS,
     OPERATIONS,
@@ -79,6 +80,7 @@ __all__ = [  # what the store's module offers, its own and the rules it runs by
     "HANDLER_ERROR",
     "LEASE_EXPIRED",
     "MAX_ATTEMPTS",
+    "MAX_ATTEMPTS_LIMIT",
     "MAX_BATCH",
     "MAX_LEASE_SECONDS",
     "OPERATIONS",
@@ -327,10 +329,11 @@ def _check_options(
     if max_attempts is not None and (
         isinstance(max_attempts, bool)
         or not isinstance(max_attempts, int)
-        or max_attempts < 1
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
     ):
         raise ValueError(
-            f"max_attempts must be an integer of at least 1, got {max_attempts!r}"
+            f"max_attempts must be a whole number 1..{MAX_ATTEMPTS_LIMIT}, "
+            f"got {max_attempts!r}"
         )
     if (
         isinstance(busy_timeout_ms, bool)

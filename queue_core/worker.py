@@ -42,6 +42,7 @@ from .rules import (
     check_handler,
     check_lease_seconds,
     refusal,
+    retry_after_of,
 )
 from .store import Store
 from .transactions import Tx
@@ -575,7 +576,10 @@ def _prepare_and_complete(
 def _refuse(store: Store, lease: Lease, exc: Exception) -> Outcome:
     """Record a long step's refusal (or crash), as ``complete`` records a handler's."""
     code, detail, permanent = refusal(exc)
+    after = retry_after_of(exc)
     try:
-        return store.fail(lease, code, permanent=permanent, detail=detail).outcome
+        return store.fail(
+            lease, code, permanent=permanent, detail=detail, retry_after=after
+        ).outcome
     except LeaseLost:
         return Outcome.LEASE_LOST

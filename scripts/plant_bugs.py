@@ -105,7 +105,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "backoff_changed", "queue_core/rules.py",
-        (("return int(2 ** (attempt - 1))", "return int(3 ** (attempt - 1))"),),
+        (("delay = min(cap, base << exponent)", "delay = min(cap, base * 3**exponent)"),),
         "the backoff after a temporary failure is 1, 3, 9 s instead of 1, 2, 4 s",
     ),
     Mutation(

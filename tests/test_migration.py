@@ -1,4 +1,4 @@
-"""Older schema versions are migrated to the current one (4) on open, in one transaction.
+"""Older schema versions are migrated to the current one on open, in one transaction.
 
 A version-1 database is built by hand, exactly as the v1 code made it
 (``docs_support/old_versions.py``: v1's schema copied verbatim; v1 created the

@@ -266,7 +266,7 @@ SETUP = (
     " VALUES ('E0001', '{\"amount_cents\":100,\"category\":\"book\"}', 'done', 1, 1, 1000)",
     "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'book', 100)",
     "INSERT INTO receipts (tenant, operation, payload, effect) VALUES ('north', 'op-1', '{\"cents\":500}', 'E0001')",
-    "INSERT INTO queues VALUES ('other', '.+', 3, 30, 10000)",  # a queue of your own ids (version 4)
+    "INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes) VALUES ('other', '.+', 3, 30, 10000)",  # a queue of your own ids (version 4)
     "INSERT INTO migration_lines VALUES ('ledger', 1)",  # the ledger's line (version 6)
 )
 
@@ -366,15 +366,22 @@ IMPOSSIBLE = [
     ("UPDATE messages SET priority = -101 WHERE event_id = 'E0001'", "CheckViolation",
      "messages_priority_range"),
     # Version 4: named queues, each with its settings; a message belongs to one.
-    ("INSERT INTO queues VALUES ('Other', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
-    ("INSERT INTO queues VALUES ('o;x', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
-    ("INSERT INTO queues VALUES (repeat('o', 64), '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
-    ("INSERT INTO queues VALUES ('q', '', 3, 30, 10000)", "CheckViolation", "queues_id_pattern_length"),
-    ("INSERT INTO queues VALUES ('q', '.+', 0, 30, 10000)", "CheckViolation", "queues_max_attempts_range"),
-    ("INSERT INTO queues VALUES ('q', '.+', 3, 0, 10000)", "CheckViolation", "queues_lease_seconds_range"),
-    ("INSERT INTO queues VALUES ('q', '.+', 3, 30, 1000001)", "CheckViolation",
-     "queues_max_payload_bytes_range"),
-    ("INSERT INTO queues VALUES ('other', 'x', 3, 30, 10000)", "UniqueViolation", "queues_pkey"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES ('Other', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES ('o;x', '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES (repeat('o', 64), '.+', 3, 30, 10000)", "CheckViolation", "queues_name_format"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES ('q', '', 3, 30, 10000)", "CheckViolation", "queues_id_pattern_length"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES ('q', '.+', 0, 30, 10000)", "CheckViolation", "queues_max_attempts_range"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES ('q', '.+', 3, 0, 10000)", "CheckViolation", "queues_lease_seconds_range"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES ('q', '.+', 3, 30, 1000001)", "CheckViolation", "queues_max_payload_bytes_range"),
+    ("INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)"
+     " VALUES ('other', 'x', 3, 30, 10000)", "UniqueViolation", "queues_pkey"),
     (f"{MSG}, queue) VALUES ('job-1', '{{}}', 'ready', 0, 'nowhere')", "ForeignKeyViolation",
      "messages_queue_fkey"),
     (f"{MSG}, queue) VALUES ('', '{{}}', 'ready', 0, 'other')", "CheckViolation", "messages_event_id_length"),
@@ -386,6 +393,17 @@ IMPOSSIBLE = [
     ("INSERT INTO migration_lines VALUES ('', 1)", "CheckViolation", "migration_lines_line_length"),
     ("INSERT INTO migration_lines VALUES (repeat('l', 201), 1)", "CheckViolation", "migration_lines_line_length"),
     ("INSERT INTO migration_lines VALUES ('shop', 0)", "CheckViolation", "migration_lines_version_positive"),
+    # Version 7: each queue's retry policy.
+    ("INSERT INTO queues VALUES ('q', '.+', 3, 30, 100, 0, 60, 0)", "CheckViolation",
+     "queues_backoff_base_seconds_range"),
+    ("INSERT INTO queues VALUES ('q', '.+', 3, 30, 100, 90, 60, 0)", "CheckViolation",
+     "queues_backoff_max_seconds_range"),  # a cap below the base
+    ("INSERT INTO queues VALUES ('q', '.+', 3, 30, 100, 1, 31622401, 0)", "CheckViolation",
+     "queues_backoff_max_seconds_range"),
+    ("INSERT INTO queues VALUES ('q', '.+', 3, 30, 100, 1, 60, 1.5)", "CheckViolation",
+     "queues_backoff_jitter_range"),
+    ("UPDATE queues SET backoff_jitter = -0.1 WHERE name = 'other'", "CheckViolation",
+     "queues_backoff_jitter_range"),
 ]
 
 
@@ -524,7 +542,7 @@ def test_postgres_differs_where_it_converts_on_assignment(queue: Any) -> None:
 # ---------------------------------------------------------------- the shape
 
 def test_the_tables_have_the_sqlite_schema_s_columns_in_its_order(queue: Any) -> None:
-    types = {"INTEGER": "bigint", "TEXT": "text"}
+    types = {"INTEGER": "bigint", "TEXT": "text", "REAL": "double precision"}
     with closing(sqlite_queue()) as lite:
         for table in ("messages", "receipts", "effects", "queues"):
             expected = [(name, types[kind], "NO" if notnull or pk else "YES")

@@ -195,15 +195,22 @@ WHERE queue = %(queue)s AND event_id = %(event_id)s;
 SELECT count(*) FROM messages WHERE queue = %(queue)s AND state = 'done' AND done_at IS NULL;
 
 -- name: queue_settings
-SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes
+-- One queue's settings, its retry policy last.
+SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes,
+  backoff_base_seconds, backoff_max_seconds, backoff_jitter
 FROM queues WHERE name = %(name)s;
 
 -- name: queue_insert
-INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes)
-VALUES (%(name)s, %(id_pattern)s, %(max_attempts)s, %(lease_seconds)s, %(max_payload_bytes)s);
+-- A new queue with its settings and retry policy.
+INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes,
+  backoff_base_seconds, backoff_max_seconds, backoff_jitter)
+VALUES (%(name)s, %(id_pattern)s, %(max_attempts)s, %(lease_seconds)s,
+  %(max_payload_bytes)s, %(backoff_base_seconds)s, %(backoff_max_seconds)s, %(backoff_jitter)s);
 
 -- name: queues_all
-SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes
+-- Every queue's settings, by name.
+SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes,
+  backoff_base_seconds, backoff_max_seconds, backoff_jitter
 FROM queues ORDER BY name;
 
 -- name: queue_counts

@@ -32,6 +32,9 @@ MESSAGE_FIELDS: Final = 15
 _PRUNED: Final = 12
 
 Times = Mapping[str, "int | None"]  # now, until, lease_seconds: Tx.times()
+# a queue's row: name, id pattern, attempts, lease, payload limit, then its retry
+# policy (backoff base, backoff cap, jitter), the order of QueueSettings
+SettingsRow = tuple[str, str, int, int, int, int, int, float]
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,10 @@ def _leading_comments(lines: list[str]) -> list[str]:
             break
         taken.append(line)
     return taken
+
+
+def _settings_row(row: Sequence[Any]) -> SettingsRow:
+    return (row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]))
 
 
 def message_of(row: Sequence[Any]) -> Message:
@@ -251,19 +258,19 @@ class Operations:
 
     # -------------------------------------------------------- named queues
 
-    def queue_settings(self, conn: Connection, name: str) -> tuple[str, str, int, int, int] | None:
+    def queue_settings(self, conn: Connection, name: str) -> SettingsRow | None:
         """Queue ``name``'s settings row, or None."""
         row = conn.execute(self._q["queue_settings"], {"name": name}).fetchone()
-        return None if row is None else (row[0], row[1], row[2], row[3], row[4])
+        return None if row is None else _settings_row(row)
 
     def create_queue(self, conn: Connection, settings: Mapping[str, object]) -> None:
         """A new queue's row (its name and settings)."""
         conn.execute(self._q["queue_insert"], dict(settings))
 
-    def queues(self, conn: Connection) -> list[tuple[str, str, int, int, int]]:
+    def queues(self, conn: Connection) -> list[SettingsRow]:
         """Every queue's settings row, by name."""
         rows = conn.execute(self._q["queues_all"]).fetchall()
-        return [(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+        return [_settings_row(row) for row in rows]
 
     def queue_counts(self, conn: Connection) -> dict[str, dict[str, int]]:
         """Every queue's counts by state."""

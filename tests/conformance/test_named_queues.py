@@ -32,7 +32,7 @@ from queue_core import (
     work,
 )
 from queue_core.prometheus import exposition
-from queue_core.queues import DEFAULT_SETTINGS
+from queue_core.queues import DEFAULT_SETTINGS, NEW_QUEUE_BACKOFF_JITTER
 
 
 def book(cents: int) -> dict[str, Any]:
@@ -63,7 +63,8 @@ def test_the_default_queue_has_the_teaching_settings(store: Store) -> None:
 
 
 def test_a_created_queue_keeps_its_settings_and_applies_them(orders: Store, store: Store, clock: ModelClock) -> None:
-    assert orders.settings == QueueSettings("orders", "order-[0-9]+", 2, 60, 10_000)
+    assert orders.settings == QueueSettings("orders", "order-[0-9]+", 2, 60, 10_000,
+                                            backoff_jitter=NEW_QUEUE_BACKOFF_JITTER)
     # another store on the same database reads the same settings
     assert [q.name for q, _ in store.queues()] == ["default", "orders"]
     orders.send("order-42", book(100))
@@ -230,7 +231,9 @@ def test_the_command_line_creates_lists_and_works_a_queue(tmp_path: Path, store:
     created = cli(tmp_path, target, "create", "orders", "--id-pattern", "order-[0-9]+", "--max-attempts", "5")
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout) == {"created": True, "name": "orders", "id_pattern": "order-[0-9]+",
-                                          "max_attempts": 5, "lease_seconds": 30, "max_payload_bytes": 10000}
+                                          "max_attempts": 5, "lease_seconds": 30, "max_payload_bytes": 10000,
+                                          "backoff_base_seconds": 1, "backoff_max_seconds": 3600,
+                                          "backoff_jitter": NEW_QUEUE_BACKOFF_JITTER}
     again = cli(tmp_path, target, "create", "orders", "--id-pattern", "order-[0-9]+", "--max-attempts", "5")
     assert again.returncode == 0 and json.loads(again.stdout)["created"] is False
     conflict = cli(tmp_path, target, "create", "orders", "--max-attempts", "4")

@@ -546,8 +546,10 @@ def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock
                                    "available_at", "lease_until", "last_error", "last_detail",
                                    "enqueued_at", "done_at", "expired_leases", "payload_sha256",
                                    "queue", "lease_token", "priority"]
+    # each queue's retry policy (version 7) after its version-4 settings
     assert columns["queues"] == ["name", "id_pattern", "max_attempts", "lease_seconds",
-                                 "max_payload_bytes"]
+                                 "max_payload_bytes", "backoff_base_seconds", "backoff_max_seconds",
+                                 "backoff_jitter"]
     assert columns["effects"] == ["queue", "event_id", "category", "amount_cents"]
     # one key of two columns: an effect belongs to one message of one queue
     assert sorted((fk[2], fk[3], fk[4]) for fk in fks) == [
