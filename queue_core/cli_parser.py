@@ -141,8 +141,11 @@ def _help_epilog() -> str:
         "queue (or earlier in the batch) with the same payload is a duplicate, "
         "stored once; with another payload it rejects the batch. One bad line "
         "rejects the whole batch: nothing is written.",
-        f'The command line runs the reference handler, the ledger: "category" is '
-        f"one of {categories} (work --category NAME adds one), "
+        "work --handler MODULE:FUNCTION runs your handler: a function of "
+        "(tx, message) whose writes commit with each message's ACK, in one "
+        "transaction. Without --handler, work runs the reference handler, the "
+        f'ledger: "category" is one of {categories} (work --category NAME adds one), '
+
         f'"amount_cents" an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} (true '
         f"and false are not integers). Any other payload is a permanent failure: "
         f"the message becomes a dead letter at once (see dead and redrive).",

@@ -27,12 +27,12 @@ class Reading:
     _scope: Scope
 
     def status(self) -> StateCounts:
-        """Counts by stored state (no expiry applied)."""
+        """Counts by stored state (no expiry applied): all four states, 0 where none."""
         return self._runner.read(self.status_tx)
 
     def status_tx(self, view: Tx) -> StateCounts:
         """``status`` inside the caller's transaction or snapshot."""
-        return StateCounts(view.ops.counts(view.conn, self._scope.queue))
+        return StateCounts.of(view.ops.counts(view.conn, self._scope.queue))
 
     def metrics(self) -> Metrics:
         """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""
@@ -55,7 +55,7 @@ class Reading:
         expired, pruned = ops.expired_and_pruned(conn, queue)
         return Metrics(
             now=now,
-            messages={state: counts.get(state, 0) for state in STATES},
+            messages=counts,
             oldest_ready_age=None if oldest is None else max(0, now - oldest),
             dead_attempts=ops.dead_attempts(conn, queue),
             enqueue_to_done=Latency(done, percentile(50), percentile(95), longest, total),

@@ -117,16 +117,24 @@ class Claimed:
 
 @dataclass(frozen=True)
 class StateCounts:
-    """Counts of messages by stored state: the queue's part of ``status``."""
+    """Counts of messages by stored state: the queue's part of ``status``.
+
+    ``messages`` has every state of ``STATES``, in that order, 0 where none.
+    """
 
     messages: Mapping[str, int]
+
+    @classmethod
+    def of(cls, found: Mapping[str, int]) -> StateCounts:
+        """The counts of ``found`` (states with no message may be missing), all four."""
+        return cls({state: int(found.get(state, 0)) for state in STATES})
 
     def count(self, state: str) -> int:
         """How many messages are stored in ``state``."""
         return self.messages.get(state, 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"messages": {state: self.count(state) for state in STATES}}
+        return {"messages": dict(self.messages)}
 
 
 @dataclass(frozen=True)
