@@ -292,7 +292,8 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(dead_table(letters))
     elif args.command == "redrive":
-        print_json({"redriven": store.redrive(args.event_ids)}, out)
+        redriven = _redrive(store, args)
+        print_json({"redriven": redriven, "count": len(redriven)}, out)
     elif args.command == "list":
         found = store.messages(args.state, limit=args.limit)
         if args.json:
@@ -303,6 +304,19 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         _confirm_purge(store, args.state, args.yes)
         print_json({"purged": store.purge(args.state)}, out)
     return 0
+
+
+def _redrive(store: Store, args: argparse.Namespace) -> list[str]:
+    """The ids named, or with --all every dead message (of --code): never both."""
+    if args.all and args.event_ids:
+        raise UsageError("redrive takes event ids or --all, not both")
+    if args.all:
+        return store.redrive_all(args.code)
+    if args.code is not None:
+        raise UsageError("--code filters --all: redrive --all --code CODE")
+    if not args.event_ids:
+        raise UsageError("redrive needs event ids, or --all (every dead message)")
+    return store.redrive(args.event_ids)
 
 
 def _confirm_purge(store: Store, state: str, yes: bool) -> None:

@@ -16,6 +16,7 @@ from typing import NoReturn
 from . import __version__
 from .app.lab import CASES as LAB_CASES
 from .app.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
+from .claims import REDRIVE_CHUNK, check_error_code
 from .clock import MAX_SECONDS
 from .cli_output import PROG
 from .errors import InvalidQueue, QueueError
@@ -111,6 +112,15 @@ def _queue_name(text: str) -> str:
 
 
 _count = _whole_number(0, 10**9)
+
+
+def _error_code(text: str) -> str:
+    """An argparse type: an error code to match last_error with."""
+    try:
+        check_error_code(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 # The one example line of the help text; tests check that it is a valid line the
@@ -382,8 +392,22 @@ def build_parser() -> argparse.ArgumentParser:
     queues = command("queues", "every queue: its settings and counts by state")
     queues.add_argument("--json", action="store_true", help="print JSON")
 
-    redrive = command("redrive", "give dead messages a new cycle")
-    redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
+    redrive = command("redrive", "give dead messages a new cycle (these ids, or --all)")
+    redrive.add_argument(
+        "event_ids", nargs="*", metavar="EVENT_ID", help="dead messages to redrive"
+    )
+    redrive.add_argument(
+        "--all",
+        action="store_true",
+        help="every dead message of the queue, in chunks of "
+        f"{REDRIVE_CHUNK} (a transaction each)",
+    )
+    redrive.add_argument(
+        "--code",
+        metavar="CODE",
+        type=_error_code,
+        help="with --all: only the dead messages whose last_error is CODE",
+    )
 
     demo = command("demo", "run the reference demo in a temporary folder", refused)
     demo.add_argument(

@@ -122,6 +122,23 @@ SELECT state FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s F
 UPDATE messages SET state = 'ready', attempts = 0, available_at = %(now)s
 WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
+-- name: redrive_dead
+-- Redrive in bulk: the first limit dead messages after after, by event id,
+-- whose last_error is code (NULL: any), each given a new cycle as
+-- redrive_reset gives one; their rows are locked first, and the state is
+-- checked again by the statement that writes. Returns the ids it redrove.
+WITH chosen AS (
+  SELECT event_id FROM messages
+  WHERE queue = %(queue)s AND state = 'dead' AND event_id > %(after)s
+    AND (CAST(%(code)s AS TEXT) IS NULL OR last_error = %(code)s)
+  ORDER BY event_id
+  LIMIT %(limit)s
+  FOR UPDATE)
+UPDATE messages SET state = 'ready', attempts = 0, available_at = %(now)s
+WHERE queue = %(queue)s AND state = 'dead'
+  AND event_id IN (SELECT event_id FROM chosen)
+RETURNING event_id;
+
 -- name: status_counts
 SELECT state, count(*) FROM messages WHERE queue = %(queue)s GROUP BY state;
 

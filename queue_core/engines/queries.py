@@ -179,6 +179,15 @@ class Operations:
         """A dead message's new cycle: attempts from zero, available at ``now``."""
         conn.execute(self._q["redrive_reset"], {"queue": queue, "event_id": event_id, "now": now})
 
+    def redrive_dead(
+        self, conn: Connection, queue: str, *, code: str | None, after: str, limit: int, now: int
+    ) -> list[str]:
+        """Up to ``limit`` dead messages after ``after`` (of ``code``) redriven; their ids."""
+        rows = conn.execute(self._q["redrive_dead"], {
+            "queue": queue, "code": code, "after": after, "limit": limit, "now": now,
+        })
+        return [str(row[0]) for row in rows.fetchall()]
+
     # --------------------------------------------------------------- reads
 
     def message(self, conn: Connection, queue: str, event_id: str) -> Message | None:

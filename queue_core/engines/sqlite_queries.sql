@@ -105,6 +105,20 @@ SELECT state FROM messages WHERE queue = :queue AND event_id = :event_id;
 UPDATE messages SET state = 'ready', attempts = 0, available_at = :now
 WHERE queue = :queue AND event_id = :event_id;
 
+-- name: redrive_dead
+-- Redrive in bulk: the first :limit dead messages after :after, by event id,
+-- whose last_error is :code (NULL: any), each given a new cycle as
+-- redrive_reset gives one; the state is checked by the statement that writes.
+-- Returns the ids it redrove.
+UPDATE messages SET state = 'ready', attempts = 0, available_at = :now
+WHERE queue = :queue AND state = 'dead' AND event_id IN (
+  SELECT event_id FROM messages
+  WHERE queue = :queue AND state = 'dead' AND event_id > :after
+    AND (:code IS NULL OR last_error = :code)
+  ORDER BY event_id
+  LIMIT :limit)
+RETURNING event_id;
+
 -- name: status_counts
 SELECT state, count(*) FROM messages WHERE queue = :queue GROUP BY state;
 
