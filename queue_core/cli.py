@@ -49,7 +49,7 @@ from .clock import Clock, ModelClock
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError, UnknownQueue, WrongPath
 from .queues import DEFAULT_QUEUE
-from .prometheus import exposition
+from .prometheus import exposition, exposition_all
 from .rules import MessageHandler
 from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
 from .worker import WorkInterrupted, work
@@ -183,6 +183,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(queues_table(found))
         return 0
+    if args.command == "redrive":
+        _check_redrive(args)  # refused before the database is opened
+    if args.command == "metrics" and args.all:
+        if hasattr(args, "queue"):
+            raise UsageError("metrics --all covers every queue; it takes no --queue")
     # One store (one connection) for the whole command, closed explicitly.
     with open_store(create=False) as store:
         return _run_on(store, args, out)
@@ -244,7 +249,10 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "work":
         return _work(store, args, out)
     if args.command == "metrics":
-        out.write(exposition(store.metrics(), store.queue))
+        if args.all:
+            out.write(exposition_all(store.metrics_all()))
+        else:
+            out.write(exposition(store.metrics(), store.queue))
     elif args.command == "prune":
         print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
@@ -306,16 +314,16 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _check_redrive(args: argparse.Namespace) -> None:
+    """--code only with --all (the parser takes ids or --all, one of them)."""
+    if not args.all and args.code is not None:
+        raise UsageError("--code filters --all: redrive --all --code CODE")
+
+
 def _redrive(store: Store, args: argparse.Namespace) -> list[str]:
-    """The ids named, or with --all every dead message (of --code): never both."""
-    if args.all and args.event_ids:
-        raise UsageError("redrive takes event ids or --all, not both")
+    """The ids named, or with --all every dead message (of --code)."""
     if args.all:
         return store.redrive_all(args.code)
-    if args.code is not None:
-        raise UsageError("--code filters --all: redrive --all --code CODE")
-    if not args.event_ids:
-        raise UsageError("redrive needs event ids, or --all (every dead message)")
     return store.redrive(args.event_ids)
 
 

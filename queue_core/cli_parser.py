@@ -333,8 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    command(
+    metrics = command(
         "metrics", "the metrics in Prometheus' text format (for a scrape or a cron job)"
+    )
+    metrics.add_argument(
+        "--all",
+        action="store_true",
+        help="every queue of the database in one scrape (a queue label on each "
+        "sample), instead of the one --queue names",
     )
 
     prune = command(
@@ -393,10 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     queues.add_argument("--json", action="store_true", help="print JSON")
 
     redrive = command("redrive", "give dead messages a new cycle (these ids, or --all)")
-    redrive.add_argument(
-        "event_ids", nargs="*", metavar="EVENT_ID", help="dead messages to redrive"
+    which = redrive.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "event_ids", nargs="*", default=[], metavar="EVENT_ID", help="dead messages to redrive"
     )
-    redrive.add_argument(
+    which.add_argument(
         "--all",
         action="store_true",
         help="every dead message of the queue, in chunks of "

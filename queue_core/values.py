@@ -2,7 +2,8 @@
 
 A ``Lease`` is a claim's right to one message; a ``Completion`` is what
 ``complete`` or ``fail`` did; ``Message`` is one stored row; ``StateCounts``,
-``Metrics``, ``Latency`` and ``Pruned`` are what the reads report.
+``Metrics``, ``Latency``, ``WorkCounters`` and ``Pruned`` are what the reads
+report.
 """
 
 from __future__ import annotations
@@ -155,6 +156,24 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class WorkCounters:
+    """What a queue has done since it was created: totals that only grow.
+
+    Read from the database (the rows, and ``queue_counters`` for rows that
+    left), so they survive restarts, purges and redrives. ``retried`` counts
+    from schema version 8 on.
+    """
+
+    processed: int  # messages ACKed: done
+    retried: int  # temporary failures that scheduled another attempt
+    dead: int  # times a message went dead (a redriven one may go twice)
+    expired_leases: int  # leases that ran out (taken over, or dead)
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Metrics:
     """What an operator watches, read in one snapshot.
 
@@ -174,6 +193,8 @@ class Metrics:
     # leases that ran out and a later claim took over (or ended in dead)
     expired_leases: int
     pruned: int  # done messages whose payload prune removed
+    # totals of work done, that only grow
+    counters: WorkCounters = WorkCounters(0, 0, 0, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +205,7 @@ class Metrics:
             "enqueue_to_done": self.enqueue_to_done.to_dict(),
             "expired_leases": self.expired_leases,
             "pruned": self.pruned,
+            "counters": self.counters.to_dict(),
         }
 
 

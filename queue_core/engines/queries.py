@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
 
-from ..values import Lease, Message
+from ..values import Lease, Message, WorkCounters
 from . import Connection
 
 # One statement starts at its name line; the comment lines right below it say what it does.
@@ -233,6 +233,11 @@ class Operations:
         """Leases that ran out, and payloads pruned, in all."""
         expired, pruned = conn.execute(self._q["expired_and_pruned"], {"queue": queue}).fetchone()
         return int(expired), int(pruned)
+
+    def work_counters(self, conn: Connection, queue: str) -> WorkCounters:
+        """The queue's counters of work done, as they stand (they survive restarts)."""
+        row = conn.execute(self._q["work_counters"], {"queue": queue}).fetchone()
+        return WorkCounters(*(int(value) for value in row))
 
     def purge(self, conn: Connection, queue: str, state: str) -> int:
         """Remove every message of ``state`` (ready or dead only); how many."""

@@ -176,6 +176,20 @@ ORDER BY seconds LIMIT 1 OFFSET :offset;
 SELECT coalesce(sum(expired_leases), 0), count(payload_sha256)
 FROM messages WHERE queue = :queue;
 
+-- name: work_counters
+-- A queue's counters of work done (processed, retried, dead, expired leases):
+-- its rows' own, plus what rows that left no longer show (queue_counters).
+WITH kept AS (
+  SELECT processed, retried, dead, expired_leases FROM queue_counters
+  WHERE queue = :queue
+)
+SELECT
+  coalesce(sum(state = 'done'), 0) + coalesce((SELECT processed FROM kept), 0),
+  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0),
+  coalesce(sum(state = 'dead'), 0) + coalesce((SELECT dead FROM kept), 0),
+  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0)
+FROM messages WHERE queue = :queue;
+
 -- name: prune_chunk
 SELECT event_id, payload FROM messages
 WHERE queue = :queue AND state = 'done' AND payload_sha256 IS NULL

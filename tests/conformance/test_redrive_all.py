@@ -157,8 +157,8 @@ def test_the_cli_redrives_all_or_by_code_and_prints_how_many(target: str) -> Non
         "ready": 2, "leased": 0, "done": 1, "dead": 0}
     assert cli(target, "work").returncode == 0
     assert json.loads(cli(target, "redrive", "E0001").stdout) == {"redriven": ["E0001"], "count": 1}
-    for wrong, said in ((["redrive"], "needs event ids, or --all"),
-                        (["redrive", "E0002", "--all"], "not both"),
+    for wrong, said in ((["redrive"], "one of the arguments EVENT_ID --all is required"),
+                        (["redrive", "E0002", "--all"], "not allowed with argument EVENT_ID"),
                         (["redrive", "E0002", "--code", "invalid_payload"], "--code filters --all"),
                         (["redrive", "--all", "--code", ""], "--code")):
         refused = cli(target, *wrong)
