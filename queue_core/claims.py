@@ -207,7 +207,7 @@ class Claiming:
         return done
 
     def redrive_all(self, code: str | None = None) -> list[str]:
-        """Give every dead message of the queue (of one error ``code``) a new cycle; the ids.
+        """Give every dead message (of one error ``code``) a new cycle; returns the ids.
 
         One transaction per chunk of ``REDRIVE_CHUNK`` messages, each one
         statement: the write lock is given back between chunks, so workers
@@ -242,18 +242,26 @@ class Claiming:
     def _redrive_chunk(self, tx: Tx, code: str | None, after: str) -> list[str]:
         """The next chunk of dead messages after ``after`` redriven, by event id."""
         ids = tx.ops.redrive_dead(
-            tx.conn, self._scope.queue, code=code, after=after, limit=REDRIVE_CHUNK, now=tx.now()
+            tx.conn,
+            self._scope.queue,
+            code=code,
+            after=after,
+            limit=REDRIVE_CHUNK,
+            now=tx.now(),
         )
         self._scope.at("redrive.after_update")
-        return sorted(ids)  # RETURNING promises no order; ids sort as the database sorts them
+        # RETURNING promises no order; Python sorts ids as the database does (bytewise)
+        return sorted(ids)
 
 
 def check_error_code(code: object) -> None:
-    """``redrive_all``'s ``code``: None, or an error code as ``last_error`` stores it."""
+    """Check ``redrive_all``'s ``code``: None, or an error code as stored."""
     if code is None:
         return
     if not isinstance(code, str):
-        raise TypeError(f"code must be an error code (str) or None, got {type(code).__name__}")
+        raise TypeError(
+            f"code must be an error code (str) or None, got {type(code).__name__}"
+        )
     if not 1 <= len(code) <= MAX_CODE_LENGTH:
         raise ValueError(
             f"code must be 1..{MAX_CODE_LENGTH} characters, got {len(code)}"

@@ -137,7 +137,7 @@ def status_table(counts: StateCounts, metrics: Metrics, totals: Totals | None) -
 
 
 def dead_table(letters: list[Message]) -> str:
-    """``queue-core dead``: one row per dead letter, its columns as wide as their data."""
+    """``queue-core dead``: a row per dead letter, columns as wide as their data."""
     if not letters:
         return "no dead letters\n"
     # the id and last_error as wide as the longest shown, so that a row fits

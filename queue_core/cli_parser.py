@@ -401,7 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     redrive = command("redrive", "give dead messages a new cycle (these ids, or --all)")
     which = redrive.add_mutually_exclusive_group(required=True)
     which.add_argument(
-        "event_ids", nargs="*", default=[], metavar="EVENT_ID", help="dead messages to redrive"
+        "event_ids",
+        nargs="*",
+        default=[],
+        metavar="EVENT_ID",
+        help="dead messages to redrive",
     )
     which.add_argument(
         "--all",

@@ -23,7 +23,9 @@ FAMILIES: tuple[tuple[str, str, str, Callable[[Metrics], Samples]], ...] = (
         "queue_core_messages",
         "gauge",
         "Messages by stored state.",
-        lambda m: [("", f'state="{state}"', m.messages.get(state, 0)) for state in STATES],
+        lambda m: [
+            ("", f'state="{state}"', m.messages.get(state, 0)) for state in STATES
+        ],
     ),
     (
         "queue_core_oldest_ready_age_seconds",
@@ -43,9 +45,15 @@ FAMILIES: tuple[tuple[str, str, str, Callable[[Metrics], Samples]], ...] = (
         "From enqueue to done (schema version 3 on).",
         lambda m: [
             ("", f'quantile="{q}"', float("nan") if value is None else value)
-            for q, value in (("0.5", m.enqueue_to_done.p50), ("0.95", m.enqueue_to_done.p95))
+            for q, value in (
+                ("0.5", m.enqueue_to_done.p50),
+                ("0.95", m.enqueue_to_done.p95),
+            )
         ]
-        + [("_sum", "", m.enqueue_to_done.sum), ("_count", "", m.enqueue_to_done.count)],
+        + [
+            ("_sum", "", m.enqueue_to_done.sum),
+            ("_count", "", m.enqueue_to_done.count),
+        ],
     ),
     (
         "queue_core_enqueue_to_done_max_seconds",
@@ -92,7 +100,7 @@ def exposition(metrics: Metrics, queue: str = "default") -> str:
 
 
 def exposition_all(by_queue: Mapping[str, Metrics]) -> str:
-    """The text exposition of several queues' metrics: each family once, every queue in it.
+    """The text exposition of several queues: each family once, every queue in it.
 
     Each family: its HELP and TYPE lines, then its samples, queue by queue,
     each labelled with its queue (a queue's name needs no escaping: letters,

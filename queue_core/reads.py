@@ -35,7 +35,7 @@ class Reading:
         return StateCounts.of(view.ops.counts(view.conn, self._scope.queue))
 
     def metrics(self) -> Metrics:
-        """Counts, oldest ready age, dead attempts, enqueue-to-done, counters of work done."""
+        """Counts, oldest ready age, dead attempts, enqueue-to-done, work counters."""
         return self._runner.read(self.metrics_tx)
 
     def metrics_tx(self, view: Tx) -> Metrics:
@@ -43,12 +43,13 @@ class Reading:
         return queue_metrics(view, self._scope.queue)
 
     def metrics_all(self) -> dict[str, Metrics]:
-        """The metrics of every queue of the database, by queue name, in one snapshot."""
+        """The metrics of every queue of the database, by name, in one snapshot."""
         return self._runner.read(self.metrics_all_tx)
 
     def metrics_all_tx(self, view: Tx) -> dict[str, Metrics]:
         """``metrics_all`` inside the caller's transaction or snapshot."""
-        return {row[0]: queue_metrics(view, row[0]) for row in view.ops.queues(view.conn)}
+        names = [row[0] for row in view.ops.queues(view.conn)]
+        return {name: queue_metrics(view, name) for name in names}
 
     def prune(self, older_than_seconds: int) -> Pruned:
         """Remove payloads of done messages ACKed at least ``older_than_seconds`` ago.
@@ -146,7 +147,7 @@ class Reading:
 
 
 def queue_metrics(view: Tx, queue: str) -> Metrics:
-    """The metrics of ``queue`` in ``view``: any queue of the database, not only the store's."""
+    """The metrics of ``queue`` in ``view``: any queue of the database."""
     ops, conn = view.ops, view.conn
     now = view.now()
     counts = StateCounts.of(ops.counts(conn, queue)).messages
