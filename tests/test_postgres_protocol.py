@@ -522,7 +522,7 @@ def test_a_version_4_database_gets_lease_tokens_and_its_leases_still_complete(ur
         assert fresh is not None and fresh.token != 0
         assert store.complete(fresh, Handler()).outcome is Outcome.DONE
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION,) == (6,)
+        assert conn.execute("SELECT version FROM queue_core_schema").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("SELECT event_id, lease_token FROM messages ORDER BY 1").fetchall() == [
             ("E0001", 0), ("E0002", fresh.token)]
         with pytest.raises(psycopg.errors.CheckViolation):

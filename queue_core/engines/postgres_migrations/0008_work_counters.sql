@@ -8,7 +8,7 @@
 
 -- Temporary failures of this message that scheduled another attempt (from
 -- version 8 on: a message's retries before it are not known).
-ALTER TABLE messages ADD COLUMN retries INTEGER NOT NULL DEFAULT 0
+ALTER TABLE messages ADD COLUMN retries BIGINT NOT NULL DEFAULT 0
     CONSTRAINT messages_retries_nonnegative CHECK (retries >= 0);
 
 -- Per queue, what its rows no longer show: done and dead messages deleted,
