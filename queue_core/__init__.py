@@ -66,6 +66,7 @@ from .values import (
     Outcome,
     Pruned,
     StateCounts,
+    WorkCounters,
 )
 from .worker import LongHandler, WorkerConfig, WorkInterrupted, WorkSummary, work
 
@@ -121,6 +122,7 @@ __all__ = [
     "Heartbeat",
     "Metrics",
     "Latency",
+    "WorkCounters",
     "Pruned",
     "DEFAULT_LEASE_SECONDS",
     "MAX_ATTEMPTS",

@@ -104,7 +104,7 @@ class Administering:
         def every(view: Tx) -> list[tuple[QueueSettings, StateCounts]]:
             counts = view.ops.queue_counts(view.conn)
             return [
-                (QueueSettings(*row), StateCounts(counts.get(row[0], {})))
+                (QueueSettings(*row), StateCounts.of(counts.get(row[0], {})))
                 for row in view.ops.queues(view.conn)
             ]
 

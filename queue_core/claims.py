@@ -9,12 +9,18 @@ instead. Redrive gives dead messages a new cycle.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from .errors import NotDead, UnknownEvent
 from .rules import LEASE_EXPIRED, check_count
 from .scope import Scope
 from .transactions import Transactions, Tx
 from .values import Claimed, Lease, Message, new_lease_token
+
+# Dead messages redrive_all gives a new cycle per transaction (and statement).
+REDRIVE_CHUNK: Final = 1_000
+# The longest error code redrive_all accepts as a filter (a code is a short name).
+MAX_CODE_LENGTH: Final = 200
 
 
 class Claiming:
@@ -199,6 +205,67 @@ class Claiming:
             self._scope.at("redrive.after_update")
             done.append(event_id)
         return done
+
+    def redrive_all(self, code: str | None = None) -> list[str]:
+        """Give every dead message (of one error ``code``) a new cycle; returns the ids.
+
+        One transaction per chunk of ``REDRIVE_CHUNK`` messages, each one
+        statement: the write lock is given back between chunks, so workers
+        go on while thousands are redriven, and each chunk is all or
+        nothing. A message redriven here that dies again before the last
+        chunk is not redriven twice (the chunks go forward by event id).
+
+        :param code: only dead messages whose ``last_error`` is this code;
+            ``None``: every dead message.
+        :returns: the redriven ids, by event id (empty: none was dead).
+        """
+        check_error_code(code)
+        done: list[str] = []
+        after = ""  # every event id sorts after the empty string
+        while True:
+            chunk = self._runner._write(
+                "redrive", lambda tx: self._redrive_chunk(tx, code, after)
+            )
+            if not chunk:
+                return done
+            done += chunk
+            after = chunk[-1]
+
+    def redrive_all_tx(self, tx: Tx, code: str | None = None) -> list[str]:
+        """``redrive_all`` inside the caller's transaction (all of it in that one)."""
+        check_error_code(code)
+        done: list[str] = []
+        while chunk := self._redrive_chunk(tx, code, done[-1] if done else ""):
+            done += chunk
+        return done
+
+    def _redrive_chunk(self, tx: Tx, code: str | None, after: str) -> list[str]:
+        """The next chunk of dead messages after ``after`` redriven, by event id."""
+        ids = tx.ops.redrive_dead(
+            tx.conn,
+            self._scope.queue,
+            code=code,
+            after=after,
+            limit=REDRIVE_CHUNK,
+            now=tx.now(),
+        )
+        self._scope.at("redrive.after_update")
+        # RETURNING promises no order; Python sorts ids as the database does (bytewise)
+        return sorted(ids)
+
+
+def check_error_code(code: object) -> None:
+    """Check ``redrive_all``'s ``code``: None, or an error code as stored."""
+    if code is None:
+        return
+    if not isinstance(code, str):
+        raise TypeError(
+            f"code must be an error code (str) or None, got {type(code).__name__}"
+        )
+    if not 1 <= len(code) <= MAX_CODE_LENGTH:
+        raise ValueError(
+            f"code must be 1..{MAX_CODE_LENGTH} characters, got {len(code)}"
+        )
 
 
 def _claim_order(message: Message) -> tuple[int, str]:

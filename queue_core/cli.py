@@ -56,7 +56,7 @@ from .engines import read_only_reason
 from .envelope import MAX_FILE_BYTES, parse_batch
 from .errors import BatchRejected, QueueError, UnknownQueue, WrongPath
 from .queues import DEFAULT_QUEUE
-from .prometheus import exposition
+from .prometheus import exposition, exposition_all
 from .rules import MessageHandler
 from .store import BUSY_RETRY_SECONDS, BUSY_TIMEOUT_MS, Store
 from .worker import LongHandler, WorkerConfig, WorkInterrupted, work
@@ -223,6 +223,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(queues_table(found))
         return 0
+    if args.command == "redrive":
+        _check_redrive(args)  # refused before the database is opened
+    if args.command == "metrics" and args.all:
+        if hasattr(args, "queue"):
+            raise UsageError("metrics --all covers every queue; it takes no --queue")
     # One store (one connection) for the whole command, closed explicitly.
     with open_store(create=False) as store:
         return _run_on(store, args, out)
@@ -317,7 +322,10 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "schedule":
         return schedule_command(store, args, out)
     if args.command == "metrics":
-        out.write(exposition(store.metrics(), store.queue))
+        if args.all:
+            out.write(exposition_all(store.metrics_all()))
+        else:
+            out.write(exposition(store.metrics(), store.queue))
     elif args.command == "prune":
         print_json(store.prune(args.older_than).to_dict(), out)
     elif args.command == "status":
@@ -365,7 +373,8 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(dead_table(letters))
     elif args.command == "redrive":
-        print_json({"redriven": store.redrive(args.event_ids)}, out)
+        redriven = _redrive(store, args)
+        print_json({"redriven": redriven, "count": len(redriven)}, out)
     elif args.command == "list":
         found = store.messages(args.state, limit=args.limit)
         if args.json:
@@ -376,6 +385,19 @@ def _run_on(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         _confirm_purge(store, args.state, args.yes)
         print_json({"purged": store.purge(args.state)}, out)
     return 0
+
+
+def _check_redrive(args: argparse.Namespace) -> None:
+    """--code only with --all (the parser takes ids or --all, one of them)."""
+    if not args.all and args.code is not None:
+        raise UsageError("--code filters --all: redrive --all --code CODE")
+
+
+def _redrive(store: Store, args: argparse.Namespace) -> list[str]:
+    """The ids named, or with --all every dead message (of --code)."""
+    if args.all:
+        return store.redrive_all(args.code)
+    return store.redrive(args.event_ids)
 
 
 def _confirm_purge(store: Store, state: str, yes: bool) -> None:

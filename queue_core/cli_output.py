@@ -103,7 +103,8 @@ def status_table(counts: StateCounts, metrics: Metrics, totals: Totals | None) -
     the queue's figures alone, with no money lines.
     """
     lines = ["state    messages"]
-    lines += [f"{state:<8} {counts.count(state):>8}" for state in STATES]
+    # Store.status's own counts: every state, zero where none
+    lines += [f"{state:<8} {count:>8}" for state, count in counts.messages.items()]
     lines.append("")
     age = metrics.oldest_ready_age
     lines.append(f"oldest ready: {'none' if age is None else f'{age} s'}")
@@ -136,20 +137,23 @@ def status_table(counts: StateCounts, metrics: Metrics, totals: Totals | None) -
 
 
 def dead_table(letters: list[Message]) -> str:
+    """``queue-core dead``: a row per dead letter, columns as wide as their data."""
     if not letters:
         return "no dead letters\n"
-    # last_error as wide as the longest code shown, so that a row fits
+    # the id and last_error as wide as the longest shown, so that a row fits
     width = max(len("last_error"), *(len(m.last_error or "") for m in letters))
+    id_width = max(len("event_id"), *(len(m.event_id) for m in letters))
     lines = [
-        f"event_id  attempts  generation  {'last_error':<{width}}  payload (as stored)"
+        f"{'event_id':<{id_width}}  attempts  generation  {'last_error':<{width}}  "
+        "payload (as stored)"
     ]
     for m in letters:
         lines.append(
-            f"{m.event_id:<9} {m.attempts:>8}  {m.generation:>10}  "
+            f"{m.event_id:<{id_width}} {m.attempts:>9}  {m.generation:>10}  "
             f"{m.last_error or '':<{width}}  {m.payload}"
         )
         if m.last_detail:
-            lines.append(f"{'':<9} why: {m.last_detail}")
+            lines.append(f"{'':<{id_width}}  why: {m.last_detail}")
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,7 @@ from typing import NoReturn
 from . import __version__
 from .app.lab import CASES as LAB_CASES
 from .app.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
+from .claims import REDRIVE_CHUNK, check_error_code
 from .clock import MAX_SECONDS
 from .cli_output import PROG
 from .errors import InvalidQueue, QueueError
@@ -175,6 +176,15 @@ def _queue_name(text: str) -> str:
 _count = _whole_number(0, 10**9)
 
 
+def _error_code(text: str) -> str:
+    """An argparse type: an error code to match last_error with."""
+    try:
+        check_error_code(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 # The one example line of the help text; tests check that it is a valid line the
 # handler accepts.
 EXAMPLE_LINE = (
@@ -203,8 +213,11 @@ def _help_epilog() -> str:
         "queue (or earlier in the batch) with the same payload is a duplicate, "
         "stored once; with another payload it rejects the batch. One bad line "
         "rejects the whole batch: nothing is written.",
-        f'The command line runs the reference handler, the ledger: "category" is '
-        f"one of {categories} (work --category NAME adds one), "
+        "work --handler MODULE:FUNCTION runs your handler: a function of "
+        "(tx, message) whose writes commit with each message's ACK, in one "
+        "transaction. Without --handler, work runs the reference handler, the "
+        f'ledger: "category" is one of {categories} (work --category NAME adds one), '
+
         f'"amount_cents" an integer {MIN_AMOUNT_CENTS}..{MAX_AMOUNT_CENTS} (true '
         f"and false are not integers). Any other payload is a permanent failure: "
         f"the message becomes a dead letter at once (see dead and redrive).",
@@ -461,8 +474,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    command(
+    metrics = command(
         "metrics", "the metrics in Prometheus' text format (for a scrape or a cron job)"
+    )
+    metrics.add_argument(
+        "--all",
+        action="store_true",
+        help="every queue of the database in one scrape (a queue label on each "
+        "sample), instead of the one --queue names",
     )
 
     prune = command(
@@ -535,8 +554,27 @@ def build_parser() -> argparse.ArgumentParser:
     queues = command("queues", "every queue: its settings and counts by state")
     queues.add_argument("--json", action="store_true", help="print JSON")
 
-    redrive = command("redrive", "give dead messages a new cycle")
-    redrive.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
+    redrive = command("redrive", "give dead messages a new cycle (these ids, or --all)")
+    which = redrive.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "event_ids",
+        nargs="*",
+        default=[],
+        metavar="EVENT_ID",
+        help="dead messages to redrive",
+    )
+    which.add_argument(
+        "--all",
+        action="store_true",
+        help="every dead message of the queue, in chunks of "
+        f"{REDRIVE_CHUNK} (a transaction each)",
+    )
+    redrive.add_argument(
+        "--code",
+        metavar="CODE",
+        type=_error_code,
+        help="with --all: only the dead messages whose last_error is CODE",
+    )
 
     demo = command("demo", "run the reference demo in a temporary folder", refused)
     demo.add_argument(

@@ -27,41 +27,29 @@ class Reading:
     _scope: Scope
 
     def status(self) -> StateCounts:
-        """Counts by stored state (no expiry applied)."""
+        """Counts by stored state (no expiry applied): all four states, 0 where none."""
         return self._runner.read(self.status_tx)
 
     def status_tx(self, view: Tx) -> StateCounts:
         """``status`` inside the caller's transaction or snapshot."""
-        return StateCounts(view.ops.counts(view.conn, self._scope.queue))
+        return StateCounts.of(view.ops.counts(view.conn, self._scope.queue))
 
     def metrics(self) -> Metrics:
-        """Counts, oldest ready age, dead attempts, enqueue-to-done, expired leases."""
+        """Counts, oldest ready age, dead attempts, enqueue-to-done, work counters."""
         return self._runner.read(self.metrics_tx)
 
     def metrics_tx(self, view: Tx) -> Metrics:
         """``metrics`` inside the caller's transaction or snapshot."""
-        ops, conn, queue = view.ops, view.conn, self._scope.queue
-        now = view.now()
-        counts = self.status_tx(view).messages
-        oldest = ops.oldest_ready(conn, queue)
-        done, longest, total = ops.done_summary(conn, queue)
+        return queue_metrics(view, self._scope.queue)
 
-        def percentile(p: int) -> int | None:
-            if not done:
-                return None
-            rank = max(1, -(-p * done // 100))  # nearest rank: ceil(p/100 * n)
-            return ops.done_seconds_at(conn, queue, rank - 1)
+    def metrics_all(self) -> dict[str, Metrics]:
+        """The metrics of every queue of the database, by name, in one snapshot."""
+        return self._runner.read(self.metrics_all_tx)
 
-        expired, pruned = ops.expired_and_pruned(conn, queue)
-        return Metrics(
-            now=now,
-            messages={state: counts.get(state, 0) for state in STATES},
-            oldest_ready_age=None if oldest is None else max(0, now - oldest),
-            dead_attempts=ops.dead_attempts(conn, queue),
-            enqueue_to_done=Latency(done, percentile(50), percentile(95), longest, total),
-            expired_leases=expired,
-            pruned=pruned,
-        )
+    def metrics_all_tx(self, view: Tx) -> dict[str, Metrics]:
+        """``metrics_all`` inside the caller's transaction or snapshot."""
+        names = [row[0] for row in view.ops.queues(view.conn)]
+        return {name: queue_metrics(view, name) for name in names}
 
     def prune(self, older_than_seconds: int) -> Pruned:
         """Remove payloads of done messages ACKed at least ``older_than_seconds`` ago.
@@ -156,6 +144,35 @@ class Reading:
     def dead_letters(self) -> list[Message]:
         """The dead-letter queue: messages with ``state = 'dead'``."""
         return self.messages("dead")
+
+
+def queue_metrics(view: Tx, queue: str) -> Metrics:
+    """The metrics of ``queue`` in ``view``: any queue of the database."""
+    ops, conn = view.ops, view.conn
+    now = view.now()
+    counts = StateCounts.of(ops.counts(conn, queue)).messages
+    oldest = ops.oldest_ready(conn, queue)
+    done, longest, total = ops.done_summary(conn, queue)
+
+    def percentile(p: int) -> int | None:
+        if not done:
+            return None
+        rank = max(1, -(-p * done // 100))  # nearest rank: ceil(p/100 * n)
+        return ops.done_seconds_at(conn, queue, rank - 1)
+
+    _, pruned = ops.expired_and_pruned(conn, queue)
+    counters = ops.work_counters(conn, queue)
+    return Metrics(
+        now=now,
+        messages=counts,
+        oldest_ready_age=None if oldest is None else max(0, now - oldest),
+        dead_attempts=ops.dead_attempts(conn, queue),
+        enqueue_to_done=Latency(done, percentile(50), percentile(95), longest, total),
+        # the total that only grows: a purged message's expired leases stay counted
+        expired_leases=counters.expired_leases,
+        pruned=pruned,
+        counters=counters,
+    )
 
 
 def fetch_message(tx: Tx, queue: str, event_id: str) -> Message | None:

@@ -2,7 +2,8 @@
 
 A ``Lease`` is a claim's right to one message; a ``Completion`` is what
 ``complete`` or ``fail`` did; ``Message`` is one stored row; ``StateCounts``,
-``Metrics``, ``Latency`` and ``Pruned`` are what the reads report.
+``Metrics``, ``Latency``, ``WorkCounters`` and ``Pruned`` are what the reads
+report.
 """
 
 from __future__ import annotations
@@ -119,16 +120,24 @@ class Claimed:
 
 @dataclass(frozen=True)
 class StateCounts:
-    """Counts of messages by stored state: the queue's part of ``status``."""
+    """Counts of messages by stored state: the queue's part of ``status``.
+
+    ``messages`` has every state of ``STATES``, in that order, 0 where none.
+    """
 
     messages: Mapping[str, int]
+
+    @classmethod
+    def of(cls, found: Mapping[str, int]) -> StateCounts:
+        """The counts of ``found`` (states with no message may be missing), all four."""
+        return cls({state: int(found.get(state, 0)) for state in STATES})
 
     def count(self, state: str) -> int:
         """How many messages are stored in ``state``."""
         return self.messages.get(state, 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"messages": {state: self.count(state) for state in STATES}}
+        return {"messages": dict(self.messages)}
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,24 @@ class Latency:
     sum: int = 0  # of all their seconds (Prometheus' summary needs it)
 
     def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WorkCounters:
+    """What a queue has done since it was created: totals that only grow.
+
+    Read from the database (the rows, and ``queue_counters`` for rows that
+    left), so they survive restarts, purges and redrives. ``retried`` counts
+    from schema version 8 on.
+    """
+
+    processed: int  # messages ACKed: done
+    retried: int  # temporary failures that scheduled another attempt
+    dead: int  # times a message went dead (a redriven one may go twice)
+    expired_leases: int  # leases that ran out (taken over, or dead)
+
+    def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
@@ -168,6 +195,8 @@ class Metrics:
     # leases that ran out and a later claim took over (or ended in dead)
     expired_leases: int
     pruned: int  # done messages whose payload prune removed
+    # totals of work done, that only grow
+    counters: WorkCounters = WorkCounters(0, 0, 0, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -178,6 +207,7 @@ class Metrics:
             "enqueue_to_done": self.enqueue_to_done.to_dict(),
             "expired_leases": self.expired_leases,
             "pruned": self.pruned,
+            "counters": self.counters.to_dict(),
         }
 
 

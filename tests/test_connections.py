@@ -188,7 +188,7 @@ def test_a_call_nested_in_a_transaction_sees_committed_state_and_leaves_the_oute
         lease = store.claim_tx(tx)
         assert lease is not None and lease.event_id == "E0001"
         # Nested reads run on a temporary connection and see only what is committed.
-        assert store.status().messages == {"ready": 1}
+        assert store.status().messages == {"ready": 1, "leased": 0, "done": 0, "dead": 0}
         assert store.message("E0001").state == "ready"
         assert [m.event_id for m in store.messages()] == ["E0001"]
         nested = connects[1:]
@@ -241,7 +241,7 @@ def test_two_threads_each_use_their_own_connection_and_both_complete_messages(
     assert len(set(ids.values())) == 2 and id(connects[0]) not in ids.values()
     assert len(connects) == 3
     # Every message done once, its effect written by the thread that completed it, on that thread's connection.
-    assert store.status().messages == {"done": 40}
+    assert store.status().messages == {"ready": 0, "leased": 0, "done": 40, "dead": 0}
     rows = store.read(lambda view: view.execute("SELECT event_id, thread, conn FROM handled").fetchall())
     assert sorted(event_id for event_id, _, _ in rows) == [f"E{n:04d}" for n in range(1, 41)]
     assert all(conn == ids[thread] for _, thread, conn in rows)
@@ -362,7 +362,7 @@ def test_a_disk_error_discards_the_connection_and_the_store_works_again(
         cap["pages"] = 0  # space again (for the connections made from now on)
         assert store.enqueue(big).accepted == 40  # a capped connection kept would still be full
         assert len(made) == 2 and not is_closed(made[1])
-        assert store.status().messages == {"leased": 1, "ready": 40}
+        assert store.status().messages == {"ready": 40, "leased": 1, "done": 0, "dead": 0}
 
 
 def test_a_busy_error_keeps_the_connection(db: Path, clock: ModelClock) -> None:
@@ -412,7 +412,7 @@ def test_another_thread_waits_for_the_turn_and_gets_busy_after_its_retry_time(db
             assert info.value.code == "database_busy"
             assert "another thread of this process holds the write turn" in info.value.message
         # Reads take no turn.
-        assert in_thread(lambda: second.status().messages) == {"ready": 1}
+        assert in_thread(lambda: second.status().messages) == {"ready": 1, "leased": 0, "done": 0, "dead": 0}
     assert in_thread(lambda: second.enqueue(line("E0002"))).accepted == 1
     assert [m.event_id for m in first.messages()] == ["E0001", "E0002"]
     first.close()
@@ -512,7 +512,7 @@ def test_a_turn_held_by_another_process_past_the_retry_time_is_busy_not_a_hang(
                 in_thread(write)  # a hang fails here instead of blocking the run
             assert info.value.code == "database_busy"
             assert "another process holds the write turn" in info.value.message and str(db) in info.value.message
-        assert impatient.status().messages == {"ready": 1}  # nothing was written; reads take no turn
+        assert impatient.status().messages == {"ready": 1, "leased": 0, "done": 0, "dead": 0}  # nothing was written; reads take no turn
         release(child)
         # The turns given up on were handed straight back: the next write gets in.
         assert in_thread(lambda: impatient.enqueue(line("E0002"))).accepted == 1
@@ -540,7 +540,7 @@ def test_writes_work_where_the_lock_file_cannot_be_created(db: Path, clock: Mode
                 in_thread(lambda: other.enqueue(line("E0003")))
             assert info.value.code == "database_busy"
         assert other.enqueue(line("E0003")).accepted == 1
-        assert store.status().messages == {"done": 2, "ready": 1}
+        assert store.status().messages == {"ready": 1, "leased": 0, "done": 2, "dead": 0}
     assert refused and all(path == f"{db}-lock" for path in refused)
     assert not db.with_name(db.name + "-lock").exists()
 
@@ -563,7 +563,7 @@ except queue_core.StorageError as exc:
     assert not (tmp_path / "q.sqlite3").exists()
     # the control: with fcntl, the same store opens
     with Store(tmp_path / "q.sqlite3") as store:
-        assert store.status().messages == {}
+        assert store.status().messages == {"ready": 0, "leased": 0, "done": 0, "dead": 0}
 
 
 def test_an_sqlite_older_than_3_37_is_refused_with_its_versions() -> None:

@@ -97,7 +97,7 @@ def test_opening_a_version_1_file_migrates_it_keeping_every_row(v1: Path) -> Non
     assert select(v1, "PRAGMA user_version") == [(sqlite_engine.SCHEMA_VERSION,)]
     assert select(v1, "PRAGMA application_id") == [(sqlite_engine.APPLICATION_ID,)]
     assert columns(v1, "messages") == [*MESSAGE_COLUMNS.split(", "), "last_detail", *V3_COLUMNS, "queue",
-                                      "lease_token", "priority"]
+                                      "lease_token", "retries", "priority"]
     # every message from before belongs to the default queue
     assert select(v1, "SELECT DISTINCT queue FROM messages") == [("default",)]
     # Every row keeps its meaning: the same values, and no detail was invented.
@@ -175,7 +175,7 @@ def test_an_empty_version_1_file_migrates(tmp_path: Path) -> None:
     path = make_v1(tmp_path / "empty.sqlite3", with_receipts=False, rows=False)
     store = Store(path, clock=ModelClock(1000), create=False)  # migration is not creation
     assert header_version(path) == sqlite_engine.SCHEMA_VERSION
-    assert store.status().messages == {}
+    assert store.status().messages == {"ready": 0, "leased": 0, "done": 0, "dead": 0}
     store.enqueue(line("E0001"))
     assert store.complete(store.claim(), Handler()).outcome is Outcome.DONE  # v1's effects table is the ledger's
     assert ledger.effects(store) == [("E0001", "book", 100)]
@@ -204,7 +204,7 @@ def test_a_version_2_file_migrates_to_version_3_and_no_row_changes_meaning(tmp_p
     with Store(path, clock=ModelClock(1200)) as store:
         assert header_version(path) == sqlite_engine.SCHEMA_VERSION
         assert columns(path, "messages") == [*old.split(", "), *V3_COLUMNS, "queue", "lease_token",
-                                                 "priority"]
+                                                 "retries", "priority"]
         assert select(path, f"SELECT {old} FROM messages ORDER BY event_id") == before  # the same values
         assert select(path, UNKNOWN_TIMES) == [(len(before),)]  # no time guessed, no expiry invented
         metrics = store.metrics()
@@ -385,9 +385,9 @@ def test_a_version_3_file_moves_to_named_queues_keeping_every_row(tmp_path: Path
     with Store(path, clock=ModelClock(1200)) as store:
         assert header_version(path) == sqlite_engine.SCHEMA_VERSION
         # every row as it was, in the default queue, which keeps the teaching rule
-        # (and, claimed before version 5, with no lease token; from before version 9,
-        # at priority 0)
-        assert select(path, every) == [(*row, "default", 0, 0) for row in before]
+        # (and, claimed before version 5, with no lease token; no retry counted
+        # before version 8; from before version 9, at priority 0)
+        assert select(path, every) == [(*row, "default", 0, 0, 0) for row in before]
         assert select(path, "SELECT event_id, category, amount_cents FROM effects ORDER BY event_id") == effects
         assert select(path, "SELECT queue FROM effects GROUP BY queue") == [("default",)]
         keys = select(path, "SELECT \"from\", \"to\" FROM pragma_foreign_key_list('effects') ORDER BY seq")
@@ -481,8 +481,8 @@ def test_a_version_4_file_gets_lease_tokens_and_its_leases_still_complete(tmp_pa
     with Store(path, clock=clock) as store:
         ledger.install(store)
         assert header_version(path) == sqlite_engine.SCHEMA_VERSION
-        assert columns(path, "messages")[-2:] == ["lease_token", "priority"]
-        assert select(path, "SELECT * FROM messages ORDER BY event_id") == [(*row, 0, 0) for row in before]
+        assert columns(path, "messages")[-3:] == ["lease_token", "retries", "priority"]
+        assert select(path, "SELECT * FROM messages ORDER BY event_id") == [(*row, 0, 0, 0) for row in before]
         # a lease a version-4 worker holds (token 0, as the row's) still completes
         assert old_lease.token == 0
         assert store.complete(old_lease, Handler()).outcome is Outcome.DONE

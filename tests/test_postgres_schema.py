@@ -136,7 +136,7 @@ def test_a_queue_opened_again_and_the_ledger_applied_again_change_nothing(postgr
     apply(pg_conn, LEDGER)
     assert catalog(pg_conn) == first
     assert {row[0] for row in first["columns"]} == {"messages", "receipts", "effects", "queues", "queue_core_schema",
-                                                    "migration_lines"}
+                                                    "migration_lines", "queue_counters"}
     assert pg_conn.execute("SELECT count(*) FROM queue_core_schema").fetchone()[0] == 1
 
 
@@ -144,7 +144,8 @@ def test_the_queue_schema_alone_has_no_ledger(postgres_dsn: str, pg_conn: Any) -
     # As on SQLite: the effects table is the reference application's, installed separately.
     create_queue(postgres_dsn)
     tables = {r[0] for r in pg_conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-    assert tables == {"messages", "receipts", "queues", "queue_core_schema", "migration_lines"}
+    assert tables == {"messages", "receipts", "queues", "queue_core_schema", "migration_lines",
+                      "queue_counters"}
 
 
 def test_the_schema_version_row_says_the_package_s_version(postgres_dsn: str, pg_conn: Any) -> None:
@@ -404,6 +405,19 @@ IMPOSSIBLE = [
      "queues_backoff_jitter_range"),
     ("UPDATE queues SET backoff_jitter = -0.1 WHERE name = 'other'", "CheckViolation",
      "queues_backoff_jitter_range"),
+    # Version 8: the counters of work done, a row's retries and what rows that left no longer show.
+    ("UPDATE messages SET retries = -1 WHERE event_id = 'E0001'", "CheckViolation",
+     "messages_retries_nonnegative"),
+    ("INSERT INTO queue_counters (queue) VALUES ('default'), ('default')", "UniqueViolation",
+     "queue_counters_pkey"),
+    ("INSERT INTO queue_counters (queue) VALUES ('nowhere')", "ForeignKeyViolation", "queue_counters_queue_fkey"),
+    ("INSERT INTO queue_counters (queue, processed) VALUES ('default', -1)", "CheckViolation",
+     "queue_counters_processed"),
+    ("INSERT INTO queue_counters (queue, retried) VALUES ('default', -1)", "CheckViolation",
+     "queue_counters_retried"),
+    ("INSERT INTO queue_counters (queue, dead) VALUES ('default', -1)", "CheckViolation", "queue_counters_dead"),
+    ("INSERT INTO queue_counters (queue, expired_leases) VALUES ('default', -1)", "CheckViolation",
+     "queue_counters_expired_leases"),
 ]
 
 
@@ -487,9 +501,9 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
         queue.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0005', 'pen', 2000)")
         queue.execute("INSERT INTO receipts VALUES ('north', 'op-2', '[1,\"x\"]', 'E0005')")  # any JSON
     stored = queue.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall()
-    # version 4: the queue; version 5: the lease's token (0: none); version 9:
-    # the priority (0 by default), last
-    assert stored == [(*row, "default", 0, 0) for row in VALID_ROWS]
+    # version 4: the queue; version 5: the lease's token (0: none); version 8:
+    # the retries (0); version 9: the priority (0 by default), last
+    assert stored == [(*row, "default", 0, 0, 0) for row in VALID_ROWS]
     assert {r[0] for r in queue.execute("SELECT DISTINCT state FROM messages")} == {"ready", "leased", "done", "dead"}
     # SQLite accepts the same rows.
     with closing(sqlite_queue()) as lite:
@@ -497,7 +511,7 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
             lite.execute(statement)
         lite.executemany(insert.replace("%s", "?"), VALID_ROWS)
         assert lite.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall() \
-            == [(*row, "default", 0, 0) for row in VALID_ROWS]
+            == [(*row, "default", 0, 0, 0) for row in VALID_ROWS]
 
 
 def test_the_payload_text_is_stored_byte_for_byte(queue: Any) -> None:
@@ -559,7 +573,7 @@ def test_the_tables_have_the_sqlite_schema_s_columns_in_its_order(queue: Any) ->
     defaults = dict(queue.execute("SELECT column_name, column_default FROM information_schema.columns"
                                   " WHERE table_name = 'messages' AND column_default IS NOT NULL").fetchall())
     assert defaults == {"state": "'ready'::text", "attempts": "0", "generation": "0", "expired_leases": "0",
-                        "queue": "'default'::text", "lease_token": "0",
+                        "queue": "'default'::text", "lease_token": "0", "retries": "0",
                         "priority": "0"}
 
 

@@ -39,7 +39,7 @@ def test_an_empty_file_becomes_a_database(tmp_path: Path) -> None:
     db = tmp_path / "empty.sqlite3"
     db.touch()
     Store(db).enqueue(line("E0001"))
-    assert Store(db, create=False).status().messages == {"ready": 1}
+    assert Store(db, create=False).status().messages == {"ready": 1, "leased": 0, "done": 0, "dead": 0}
 
 
 def test_a_missing_file_is_not_created_without_create(tmp_path: Path) -> None:
@@ -107,4 +107,4 @@ def test_two_stores_initialising_one_file_agree(tmp_path: Path) -> None:
     first = Store(db)
     second = Store(db)  # already initialised: opens, does not re-create
     first.enqueue(line("E0001"))
-    assert second.status().messages == {"ready": 1}
+    assert second.status().messages == {"ready": 1, "leased": 0, "done": 0, "dead": 0}

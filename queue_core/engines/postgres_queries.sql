@@ -124,6 +124,23 @@ SELECT state FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s F
 UPDATE messages SET state = 'ready', attempts = 0, available_at = %(now)s
 WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
+-- name: redrive_dead
+-- Redrive in bulk: the first limit dead messages after after, by event id,
+-- whose last_error is code (NULL: any), each given a new cycle as
+-- redrive_reset gives one; their rows are locked first, and the state is
+-- checked again by the statement that writes. Returns the ids it redrove.
+WITH chosen AS (
+  SELECT event_id FROM messages
+  WHERE queue = %(queue)s AND state = 'dead' AND event_id > %(after)s
+    AND (CAST(%(code)s AS TEXT) IS NULL OR last_error = %(code)s)
+  ORDER BY event_id
+  LIMIT %(limit)s
+  FOR UPDATE)
+UPDATE messages SET state = 'ready', attempts = 0, available_at = %(now)s
+WHERE queue = %(queue)s AND state = 'dead'
+  AND event_id IN (SELECT event_id FROM chosen)
+RETURNING event_id;
+
 -- name: status_counts
 SELECT state, count(*) FROM messages WHERE queue = %(queue)s GROUP BY state;
 
@@ -179,6 +196,20 @@ ORDER BY seconds LIMIT 1 OFFSET %(offset)s;
 
 -- name: expired_and_pruned
 SELECT coalesce(sum(expired_leases), 0), count(payload_sha256)
+FROM messages WHERE queue = %(queue)s;
+
+-- name: work_counters
+-- A queue's counters of work done (processed, retried, dead, expired leases):
+-- its rows' own, plus what rows that left no longer show (queue_counters).
+WITH kept AS (
+  SELECT processed, retried, dead, expired_leases FROM queue_counters
+  WHERE queue = %(queue)s
+)
+SELECT
+  count(*) FILTER (WHERE state = 'done') + coalesce((SELECT processed FROM kept), 0),
+  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0),
+  count(*) FILTER (WHERE state = 'dead') + coalesce((SELECT dead FROM kept), 0),
+  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0)
 FROM messages WHERE queue = %(queue)s;
 
 -- name: prune_chunk

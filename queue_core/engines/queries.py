@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
 
-from ..values import Lease, Message
+from ..values import Lease, Message, WorkCounters
 from . import Connection
 
 # One statement starts at its name line; the comment lines right below it say what it does.
@@ -189,6 +189,15 @@ class Operations:
         """A dead message's new cycle: attempts from zero, available at ``now``."""
         conn.execute(self._q["redrive_reset"], {"queue": queue, "event_id": event_id, "now": now})
 
+    def redrive_dead(
+        self, conn: Connection, queue: str, *, code: str | None, after: str, limit: int, now: int
+    ) -> list[str]:
+        """Up to ``limit`` dead messages after ``after`` (of ``code``) redriven; their ids."""
+        rows = conn.execute(self._q["redrive_dead"], {
+            "queue": queue, "code": code, "after": after, "limit": limit, "now": now,
+        })
+        return [str(row[0]) for row in rows.fetchall()]
+
     # --------------------------------------------------------------- reads
 
     def message(self, conn: Connection, queue: str, event_id: str) -> Message | None:
@@ -234,6 +243,11 @@ class Operations:
         """Leases that ran out, and payloads pruned, in all."""
         expired, pruned = conn.execute(self._q["expired_and_pruned"], {"queue": queue}).fetchone()
         return int(expired), int(pruned)
+
+    def work_counters(self, conn: Connection, queue: str) -> WorkCounters:
+        """The queue's counters of work done, as they stand (they survive restarts)."""
+        row = conn.execute(self._q["work_counters"], {"queue": queue}).fetchone()
+        return WorkCounters(*(int(value) for value in row))
 
     def purge(self, conn: Connection, queue: str, state: str) -> int:
         """Remove every message of ``state`` (ready or dead only); how many."""

@@ -107,6 +107,20 @@ SELECT state FROM messages WHERE queue = :queue AND event_id = :event_id;
 UPDATE messages SET state = 'ready', attempts = 0, available_at = :now
 WHERE queue = :queue AND event_id = :event_id;
 
+-- name: redrive_dead
+-- Redrive in bulk: the first :limit dead messages after :after, by event id,
+-- whose last_error is :code (NULL: any), each given a new cycle as
+-- redrive_reset gives one; the state is checked by the statement that writes.
+-- Returns the ids it redrove.
+UPDATE messages SET state = 'ready', attempts = 0, available_at = :now
+WHERE queue = :queue AND state = 'dead' AND event_id IN (
+  SELECT event_id FROM messages
+  WHERE queue = :queue AND state = 'dead' AND event_id > :after
+    AND (:code IS NULL OR last_error = :code)
+  ORDER BY event_id
+  LIMIT :limit)
+RETURNING event_id;
+
 -- name: status_counts
 SELECT state, count(*) FROM messages WHERE queue = :queue GROUP BY state;
 
@@ -162,6 +176,20 @@ ORDER BY seconds LIMIT 1 OFFSET :offset;
 
 -- name: expired_and_pruned
 SELECT coalesce(sum(expired_leases), 0), count(payload_sha256)
+FROM messages WHERE queue = :queue;
+
+-- name: work_counters
+-- A queue's counters of work done (processed, retried, dead, expired leases):
+-- its rows' own, plus what rows that left no longer show (queue_counters).
+WITH kept AS (
+  SELECT processed, retried, dead, expired_leases FROM queue_counters
+  WHERE queue = :queue
+)
+SELECT
+  coalesce(sum(state = 'done'), 0) + coalesce((SELECT processed FROM kept), 0),
+  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0),
+  coalesce(sum(state = 'dead'), 0) + coalesce((SELECT dead FROM kept), 0),
+  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0)
 FROM messages WHERE queue = :queue;
 
 -- name: prune_chunk

@@ -135,7 +135,7 @@ def test_status_shows_stored_values_without_applying_expiry(store: Store, clock:
     store.enqueue(line("E0001"))
     store.claim(lease_seconds=2)
     clock.set(5000)
-    assert store.status().messages == {"leased": 1}
+    assert store.status().messages == {"ready": 0, "leased": 1, "done": 0, "dead": 0}
     assert store.message("E0001").lease_until == 1002
 
 
@@ -529,23 +529,26 @@ def tables(db: Path) -> dict[str, int]:
 
 def test_tables_are_strict_with_the_contract_columns(db: Path, clock: ModelClock) -> None:
     queue = Store(db, clock=clock)
-    # Schema version 6: the queue's own tables are messages, receipts, queues and
-    # migration_lines; the ledger's effects table is the reference application's,
-    # added by ledger.install.
-    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "migration_lines": 1}
+    # The queue's own tables are messages, receipts, queues, migration_lines
+    # (version 6) and queue_counters (version 8); the ledger's effects table is
+    # the reference application's, added by ledger.install.
+    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "migration_lines": 1,
+                          "queue_counters": 1}
     ledger.install(queue)
     ledger.install(queue)  # idempotent
     with closing(sqlite3.connect(db)) as conn:
         columns = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")]
                    for t in ("messages", "effects", "queues")}
         fks = conn.execute("PRAGMA foreign_key_list(effects)").fetchall()
-    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "migration_lines": 1, "effects": 1}
-    # the queue (version 4), the lease's token (version 5) and the priority
-    # (version 9) come last: a row of version 3 reads as before
+    assert tables(db) == {"messages": 1, "receipts": 1, "queues": 1, "migration_lines": 1,
+                          "queue_counters": 1, "effects": 1}
+    # the queue (version 4), the lease's token (version 5), the retries
+    # (version 8) and the priority (version 9) come last: a row of version 3
+    # reads as before
     assert columns["messages"] == ["event_id", "payload", "state", "attempts", "generation",
                                    "available_at", "lease_until", "last_error", "last_detail",
                                    "enqueued_at", "done_at", "expired_leases", "payload_sha256",
-                                   "queue", "lease_token", "priority"]
+                                   "queue", "lease_token", "retries", "priority"]
     # each queue's retry policy (version 7) after its version-4 settings
     assert columns["queues"] == ["name", "id_pattern", "max_attempts", "lease_seconds",
                                  "max_payload_bytes", "backoff_base_seconds", "backoff_max_seconds",

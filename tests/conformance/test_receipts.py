@@ -552,4 +552,4 @@ def test_a_plain_queue_has_an_empty_receipts_table_from_the_start(store: Store, 
     store.enqueue(order("E0002", operation="op-2"))
     work(store, ReceiptHandler(Handler()))
     assert [r.effect for r in receipts.stored(store)] == ["E0002"]
-    assert Store(db, create=False).status().messages == {"done": 2}  # still a valid queue database
+    assert Store(db, create=False).status().messages == {"ready": 0, "leased": 0, "done": 2, "dead": 0}  # still a valid queue database
