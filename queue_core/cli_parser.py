@@ -7,36 +7,44 @@ terminal and on the site, which prints it from here.
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import sys
 import textwrap
-from collections.abc import Callable
-from datetime import datetime
 from typing import NoReturn
 
 from . import __version__
 from .app.lab import CASES as LAB_CASES
 from .app.ledger import DEFAULT_CATEGORIES, MAX_AMOUNT_CENTS, MIN_AMOUNT_CENTS
-from .claims import REDRIVE_CHUNK, check_error_code
-from .clock import MAX_SECONDS
+from .claims import REDRIVE_CHUNK
 from .cli_output import PROG
-from .errors import InvalidQueue, QueueError
+from .cli_types import (
+    parse_age,
+    parse_at,
+    parse_busy_seconds,
+    parse_count,
+    parse_decimal_seconds,
+    parse_error_code,
+    parse_every,
+    parse_fraction,
+    parse_lease_seconds,
+    parse_poll_seconds,
+    parse_priority,
+    parse_queue_name,
+    parse_seconds,
+    whole_number,
+)
+from .errors import QueueError
 from .queues import (
     DEFAULT_QUEUE,
     DEFAULT_SETTINGS,
     NEW_QUEUE_BACKOFF_JITTER,
     SETTING_BOUNDS,
-    check_queue_name,
 )
 from .rules import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MAX_PRIORITY, MIN_PRIORITY
-from .schedules import MAX_PERIOD_SECONDS
 from .store import BUSY_RETRY_SECONDS, DEFAULT_LEASE_SECONDS, MAX_BATCH, MAX_LEASE_SECONDS
 from .values import STATES
-from .worker import MAX_CONCURRENCY, MAX_POLL_SECONDS
+from .worker import MAX_CONCURRENCY
 
 DEFAULT_DB = "queue.sqlite3"
-MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
 
 
 class UsageError(QueueError):
@@ -49,144 +57,6 @@ class UsageError(QueueError):
     exit_status = 2
 
 
-def _whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: ASCII digits only, within [low, high]."""
-
-    def parse(text: str) -> int:
-        if not re.fullmatch(r"[0-9]+", text):
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-        value = int(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"expected a number in {low}..{high}, got {text}"
-            )
-        return value
-
-    return parse
-
-
-_seconds = _whole_number(0, MAX_SECONDS)
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-
-
-def _age(text: str) -> int:
-    """An argparse type: an age such as 3600, 90s, 15m, 12h or 30d, in whole seconds."""
-    found = re.fullmatch(r"([0-9]+)([smhd]?)", text)
-    if not found:
-        raise argparse.ArgumentTypeError(
-            f"expected an age such as 3600, 90s, 15m, 12h or 30d, got {text!r}"
-        )
-    seconds = int(found.group(1)) * _UNITS[found.group(2) or "s"]
-    if seconds > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"{text} is longer than the clock's range ({MAX_SECONDS} s)"
-        )
-    return seconds
-
-
-def _decimal_seconds(text: str, high: float) -> float:
-    """Seconds such as 0, 0.5 or 30, at most ``high``."""
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-        raise argparse.ArgumentTypeError(
-            f"expected seconds such as 0, 0.5 or 30, got {text!r}"
-        )
-    seconds = float(text)
-    if seconds > high:
-        raise argparse.ArgumentTypeError(f"expected at most {high:g} seconds, got {text}")
-    return seconds
-
-
-def _busy_seconds(text: str) -> float:
-    """An argparse type: seconds to wait for a busy database, 0 to an hour."""
-    return _decimal_seconds(text, MAX_BUSY_SECONDS)
-
-
-def _poll_seconds(text: str) -> float:
-    """An argparse type: seconds a --forever worker waits, above 0 (work()'s own bounds)."""
-    seconds = _decimal_seconds(text, MAX_POLL_SECONDS)
-    if seconds == 0:
-        raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
-    return seconds
-
-
-_lease_seconds = _whole_number(1, MAX_LEASE_SECONDS)
-
-
-def _at(text: str) -> int:
-    """An argparse type: ISO 8601 with a timezone, or Unix seconds; returns Unix seconds."""
-    if re.fullmatch(r"[0-9]+", text):
-        return _seconds(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            "expected ISO 8601 with a timezone (2026-12-05T09:00:00+01:00, or Z for "
-            f"UTC) or Unix seconds, got {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} has no timezone: add one (Z, +00:00, +01:00...), "
-            "or give Unix seconds"
-        )
-    seconds = math.ceil(moment.timestamp())
-    if not 0 <= seconds <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"expected a time after 1970, got {text!r}")
-    return seconds
-
-
-def _priority(text: str) -> int:
-    """An argparse type: a whole number, MIN_PRIORITY..MAX_PRIORITY, perhaps negative."""
-    if not re.fullmatch(r"-?[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    value = int(text)
-    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        raise argparse.ArgumentTypeError(
-            f"expected a number in {MIN_PRIORITY}..{MAX_PRIORITY}, got {text}"
-        )
-    return value
-
-
-def _every(text: str) -> int:
-    """An argparse type: a period such as 60, 90s, 15m, 12h or 1d, 1 s to a year."""
-    seconds = _age(text)
-    if not 1 <= seconds <= MAX_PERIOD_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"expected a period of 1..{MAX_PERIOD_SECONDS} seconds, got {text}"
-        )
-    return seconds
-
-
-def _fraction(text: str) -> float:
-    """An argparse type: a fraction 0..1 such as 0, 0.2 or 1."""
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) or not float(text) <= 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a fraction 0..1 such as 0, 0.2 or 1, got {text!r}"
-        )
-    return float(text)
-
-
-def _queue_name(text: str) -> str:
-    """A queue name, checked before any SQL runs."""
-    try:
-        return check_queue_name(text)
-    except InvalidQueue as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-
-
-_count = _whole_number(0, 10**9)
-
-
-def _error_code(text: str) -> str:
-    """An argparse type: an error code to match last_error with."""
-    try:
-        check_error_code(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-# The one example line of the help text; tests check that it is a valid line the
-# handler accepts.
 EXAMPLE_LINE = (
     '{"event_id": "E0001", "payload": {"category": "book", "amount_cents": 1250}}'
 )
@@ -265,21 +135,21 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--queue",
         metavar="NAME",
-        type=_queue_name,
+        type=parse_queue_name,
         default=argparse.SUPPRESS,
         help=f"the queue to work on (default: {DEFAULT_QUEUE}); create makes one",
     )
     common.add_argument(
         "--now",
         metavar="SECONDS",
-        type=_seconds,
+        type=parse_seconds,
         default=argparse.SUPPRESS,
         help="model time in whole seconds instead of the system clock",
     )
     common.add_argument(
         "--busy-timeout",
         metavar="SECONDS",
-        type=_busy_seconds,
+        type=parse_busy_seconds,
         default=argparse.SUPPRESS,
         help="how long to wait for a database that another writer holds before "
         f"failing with database_busy (default: {BUSY_RETRY_SECONDS:g}; 0: do not wait)",
@@ -320,14 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     when = enqueue.add_mutually_exclusive_group()
     when.add_argument(
         "--delay",
-        type=_whole_number(0, MAX_DELAY_SECONDS),
+        type=whole_number(0, MAX_DELAY_SECONDS),
         default=0,
         metavar="SECONDS",
         help="the new messages can be claimed only this many seconds from now",
     )
     when.add_argument(
         "--at",
-        type=_at,
+        type=parse_at,
         default=None,
         metavar="TIME",
         help="the new messages can be claimed only from TIME: ISO 8601 with a "
@@ -336,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     enqueue.add_argument(
         "--priority",
-        type=_priority,
+        type=parse_priority,
         default=DEFAULT_PRIORITY,
         metavar="N",
         help=f"{MIN_PRIORITY}..{MAX_PRIORITY}: among available messages a claim "
@@ -354,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schedule.add_argument(
         "--every",
-        type=_every,
+        type=parse_every,
         required=True,
         metavar="PERIOD",
         help="the period: 60, 90s, 15m, 12h or 1d; periods start at multiples of "
@@ -368,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schedule.add_argument(
         "--priority",
-        type=_priority,
+        type=parse_priority,
         default=DEFAULT_PRIORITY,
         metavar="N",
         help=f"the messages' priority (default: {DEFAULT_PRIORITY})",
@@ -385,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--lease-seconds",
-        type=_lease_seconds,
+        type=parse_lease_seconds,
         default=None,
         metavar="S",
         help=f"lease length (default: the queue's; {DEFAULT_LEASE_SECONDS} for "
@@ -393,14 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--max-messages",
-        type=_count,
+        type=parse_count,
         default=None,
         metavar="N",
         help="stop after N claims",
     )
     worker.add_argument(
         "--batch",
-        type=_whole_number(1, MAX_BATCH),
+        type=whole_number(1, MAX_BATCH),
         default=1,
         metavar="K",
         help="the batched path: claim and complete up to K messages per transaction "
@@ -428,14 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--poll",
-        type=_poll_seconds,
+        type=parse_poll_seconds,
         default=None,
         metavar="SECONDS",
         help="with --forever: how long to wait when nothing is available (default: 1)",
     )
 
     def heartbeat_seconds(text: str) -> float:
-        seconds = _decimal_seconds(text, MAX_LEASE_SECONDS)
+        seconds = parse_decimal_seconds(text, MAX_LEASE_SECONDS)
         if seconds == 0:
             raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
         return seconds
@@ -450,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--concurrency",
-        type=_whole_number(1, MAX_CONCURRENCY),
+        type=whole_number(1, MAX_CONCURRENCY),
         default=1,
         metavar="N",
         help="N threads in this process, each with a message in hand: two-step "
@@ -489,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prune.add_argument(
         "--older-than",
-        type=_age,
+        type=parse_age,
         required=True,
         metavar="AGE",
         help="done at least this long ago: 3600, 90s, 15m, 12h or 30d",
@@ -501,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing = command("list", "the messages, by event id (one state, or all)")
     listing.add_argument("--state", choices=STATES, help="only messages in this state")
     listing.add_argument(
-        "--limit", type=_count, default=None, metavar="N", help="at most N messages"
+        "--limit", type=parse_count, default=None, metavar="N", help="at most N messages"
     )
     listing.add_argument("--json", action="store_true", help="print JSON")
 
@@ -514,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     create = command("create", "create a queue with its own settings")
-    create.add_argument("name", metavar="NAME", type=_queue_name)
+    create.add_argument("name", metavar="NAME", type=parse_queue_name)
     create.add_argument(
         "--id-pattern",
         metavar="REGEX",
@@ -535,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         default = getattr(DEFAULT_SETTINGS, key)
         create.add_argument(
             option,
-            type=_whole_number(low, high),
+            type=whole_number(low, high),
             default=default,
             metavar=metavar,
             dest=key,
@@ -543,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     create.add_argument(
         "--backoff-jitter",
-        type=_fraction,
+        type=parse_fraction,
         default=None,
         metavar="FRACTION",
         dest="backoff_jitter",
@@ -572,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument(
         "--code",
         metavar="CODE",
-        type=_error_code,
+        type=parse_error_code,
         help="with --all: only the dead messages whose last_error is CODE",
     )
 

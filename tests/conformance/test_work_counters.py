@@ -120,17 +120,20 @@ def target(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> str:
     return str(tmp_path / "queue.sqlite3")
 
 
-def cli(target: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(target: str, *args: str, stdin: str | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*QUEUE_CORE, "--db", target, "--now", "1000", *args], capture_output=True,
-                          text=True, input=stdin, timeout=120)
+                          text=True, input=stdin, timeout=120, cwd=cwd)
 
 
-def test_metrics_all_scrapes_every_queue_from_the_command_line(target: str) -> None:
+def test_metrics_all_scrapes_every_queue_from_the_command_line(target: str, tmp_path: Path) -> None:
+    # a queue of your own needs --handler: here the ledger's, from a module of the test's
+    (tmp_path / "myledger.py").write_text("from queue_core import Handler\nhandle = Handler()\n")
     assert cli(target, "create", "orders", "--id-pattern", "order-[0-9]+").returncode == 0
     assert cli(target, "enqueue", "-", stdin=batch(line("E0001"), line("E0002", "toy"))).returncode == 0
     assert cli(target, "--queue", "orders", "enqueue", "-", stdin=line("order-1") + "\n").returncode == 0
     assert cli(target, "work").returncode == 0
-    assert cli(target, "--queue", "orders", "work").returncode == 0
+    assert cli(target, "--queue", "orders", "work", "--handler", "myledger:handle", cwd=tmp_path).returncode == 0
     scraped = cli(target, "metrics", "--all")
     assert scraped.returncode == 0, scraped.stderr
     values = {name: float(value) for name, value in
