@@ -303,6 +303,9 @@ def _work(store: Store, args: argparse.Namespace, out: TextIO) -> int:
             given_back = ", ".join(interrupted.released) or "nothing"
             print(f"{PROG}: interrupted; gave back {given_back} (ready again)",
                   file=sys.stderr)
+            if interrupted.kept:
+                print(f"{PROG}: still held by a thread that did not stop: "
+                      f"{', '.join(interrupted.kept)} (its lease runs out)", file=sys.stderr)
     if progress is not None:
         progress.finish(summary)
     if not args.quiet:

@@ -68,12 +68,17 @@ class WorkInterrupted(KeyboardInterrupt):
 
     ``summary`` is what the worker did until then: the interrupted messages
     count as claimed and as ``released``; ``released`` names them, ready again.
+    ``kept`` names those claimed but not given back (a thread still inside a
+    long call, or a lease no longer ours): their leases run out by themselves.
     """
 
-    def __init__(self, summary: WorkSummary, released: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, summary: WorkSummary, released: tuple[str, ...] = (), kept: tuple[str, ...] = ()
+    ) -> None:
         super().__init__("the worker was interrupted")
         self.summary = summary
         self.released = released
+        self.kept = kept
 
 
 @dataclass(frozen=True)
@@ -282,7 +287,7 @@ def work(
         else:
             _in_threads(store, handler, plan, run)
     except KeyboardInterrupt:
-        raise WorkInterrupted(run.summary(), tuple(run.given_back)) from None
+        raise WorkInterrupted(run.summary(), tuple(run.given_back), tuple(run.kept)) from None
     return run.summary()
 
 
@@ -303,8 +308,10 @@ def _in_threads(
         threads.run()
     except KeyboardInterrupt:
         for index, hand in enumerate(hands):
-            if threads.ended(index):  # else its lease runs out by itself
-                run.gave_back(_give_back(store, hand))
+            held = list(hand)
+            # a thread that did not end may still use its lease: it runs out by itself
+            released = _give_back(store, held) if threads.ended(index) else ()
+            run.interrupted([lease.event_id for lease in held], released)
         raise
 
 
@@ -319,7 +326,7 @@ def _worker(
     try:
         _loop(store, handler, plan, run, hand)
     except KeyboardInterrupt:
-        run.gave_back(_give_back(store, hand))
+        run.interrupted([lease.event_id for lease in hand], _give_back(store, hand))
         raise
 
 

@@ -75,6 +75,7 @@ class Tally:
     # messages a thread is about to claim or holds: counted against the limit
     reserved: int = 0
     given_back: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # held when interrupted, not given back
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def remaining(self) -> int:
@@ -114,11 +115,16 @@ class Tally:
         else:  # a worker never releases: it completes or fails what it claimed
             raise ValueError(f"a worker's message cannot end {outcome.value!r}")
 
-    def gave_back(self, event_ids: tuple[str, ...]) -> None:
-        """Messages claimed, then given back by an interruption."""
+    def interrupted(self, held: list[str], released: tuple[str, ...]) -> None:
+        """An interruption found ``held`` in a hand and gave back ``released`` of them.
+
+        All were claimed; one not given back (its thread did not stop, or
+        the lease was no longer ours) is kept, and its lease runs out.
+        """
         with self.lock:
-            self.claimed += len(event_ids)
-            self.given_back.extend(event_ids)
+            self.claimed += len(held)
+            self.given_back.extend(released)
+            self.kept.extend(event_id for event_id in held if event_id not in released)
 
     def summary(self) -> WorkSummary:
         with self.lock:
