@@ -263,8 +263,10 @@ class Completing:
             self.leased_tx(tx, lease)  # raises LeaseLost saying why
         self._scope.at("complete.after_recheck")
 
-    def _ack(self, tx: Tx, leases: list[Lease], times: Mapping[str, int | None]) -> list[Completion]:
-        """The fence and the ACK in one statement: every message done, or ``LeaseLost`` with why.
+    def _ack(
+        self, tx: Tx, leases: list[Lease], times: Mapping[str, int | None]
+    ) -> list[Completion]:
+        """The fence and the ACK in one statement: all done, or ``LeaseLost`` with why.
 
         The rows change only while each lease is its message's current,
         unexpired lease (the engine's ``fenced_move``).

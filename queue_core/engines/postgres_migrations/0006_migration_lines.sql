@@ -6,7 +6,8 @@
 
 CREATE TABLE migration_lines (
     line    TEXT COLLATE "C" PRIMARY KEY
-            CONSTRAINT migration_lines_line_length CHECK (length(line) BETWEEN 1 AND 200),
+            CONSTRAINT migration_lines_line_length
+            CHECK (length(line) BETWEEN 1 AND 200),
     version INTEGER NOT NULL
             CONSTRAINT migration_lines_version_positive CHECK (version >= 1)
 );
