@@ -304,9 +304,11 @@ class _Processes:
         )
 
     def worker(self, now: int, lease_seconds: int | None = None) -> _Worker:
-        extra = (
+        extra: tuple[str, ...] = (
             ("--lease-seconds", str(lease_seconds)) if lease_seconds is not None else ()
         )
+        if self.queue != DEFAULT_QUEUE:  # a queue of its own names its handler
+            extra += ("--handler", "queue_core.app.ledger:handler")
         return _Worker(self.start("work", *extra, now=now), time.monotonic())
 
     def kill_the_rest(self) -> None:
@@ -665,6 +667,7 @@ def chaos(
             held = sum(sum(n.messages.values()) for _, n in store.queues())
             if not held and queue != DEFAULT_QUEUE:
                 store.create_queue(queue, id_pattern=NAMED_ID_PATTERN)
+                ledger.install(store)  # --handler creates nothing: the effects table, here
         if held:
             raise ValueError(
                 f"the chaos run needs an empty database: {safe_url(str(db))} "

@@ -152,6 +152,11 @@ class Handler:
         )
 
 
+# The reference handler as an object that ``queue-core work --handler`` can name
+# (``queue_core.app.ledger:handler``), for a queue other than ``default``.
+handler: Final = Handler()
+
+
 def install(store: Store) -> None:
     """Move the ledger's migration line to its newest version in the queue's database.
 
