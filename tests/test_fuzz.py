@@ -229,9 +229,9 @@ class Seeded:
             assert spec_canonical(json.loads(row[1])) == row[1]
             if event.event_id in new:
                 # ... lease_until, last_error, last_detail; then enqueued_at and the rest;
-                # the queue, and no lease token (0), last
+                # the queue, no lease token (0), no retry yet (0), priority 0, last
                 now = self.clock.now()
-                assert row[2:] == ("ready", 0, 0, now, None, None, None, now, None, 0, None, "default", 0)
+                assert row[2:] == ("ready", 0, 0, now, None, None, None, now, None, 0, None, "default", 0, 0, 0)
         for event_id, row in stored_before.items():
             assert stored_after[event_id] == row  # nothing stored was touched
         assert {k: v for k, v in after.items() if k != "messages"} == {

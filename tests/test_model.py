@@ -523,9 +523,9 @@ class QueueMachine(RuleBasedStateMachine):
             else:
                 assert got.last_detail == want.last_detail, got
         assert ledger.effects(self.store) == [(e, c, a) for e, (c, a) in sorted(self.model.effects.items())]
-        counts: dict[str, int] = {}
+        counts = dict.fromkeys(("ready", "leased", "done", "dead"), 0)  # all four, zeros too
         for row in self.model.rows.values():
-            counts[row.state] = counts.get(row.state, 0) + 1
+            counts[row.state] += 1
         assert dict(self.store.status().messages) == counts
         report = ledger.report(self.store)
         assert dict(report.queue.messages) == counts
@@ -636,11 +636,11 @@ def _redrive_resetting_the_generation(self: Store, tx: Tx, event_ids: list[str])
 
 
 def _one_attempt_too_many(self: Store, tx: Tx, message: Message, code: str, detail: str | None, *,
-                          permanent: bool, point: str) -> Completion:
+                          permanent: bool, point: str, retry_after: float | None = None) -> Completion:
     if not permanent and message.attempts == self.max_attempts:
         message = replace(message, attempts=message.attempts - 1)  # the last attempt is not the last
     result: Completion = _original["_fail_checked"](self, tx, message, code, detail, permanent=permanent,
-                                                    point=point)
+                                                    point=point, retry_after=retry_after)
     return result
 
 
