@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -166,9 +167,9 @@ def ahead_takes_over(queue: Store, worker: Worker, *, fenced: bool = True, clien
     worker.reach("held")
     seen = {"e0002_until_ahead": (queue.message("E0002").lease_until or 0) - now(queue),
             "correct_claims": queue.claim(LONG)}
+    seen["mine"] = complete_in_own_transaction(queue, mine, fenced=fenced)  # while it holds E0001
     worker.go("held")
     seen["worker"] = worker.finish()
-    seen["mine"] = complete_in_own_transaction(queue, mine, fenced=fenced)
     seen["effects"] = effects(queue)
     return seen
 
@@ -293,3 +294,9 @@ def stepped_back_after_a_takeover(queue: Store, worker: Worker, forge: bool = Fa
     _, _, faked, outcome, again, _ = worker.finish()
     assert abs(faked - time.time() + HOUR) < 60 and again is None
     return outcome, complete_in_own_transaction(queue, taken)
+
+
+def test_the_limits_page_s_clock_table_names_tests_of_this_module() -> None:
+    table = (Path(__file__).resolve().parents[2] / "docs" / "includes" / "clock-table.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(test_\w+)`", table))
+    assert len(named) == 4 and named <= set(globals()), named - set(globals())
