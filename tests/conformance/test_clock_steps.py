@@ -156,8 +156,10 @@ def test_libfaketime_moves_python_s_clock_and_steps_it_in_a_running_process(tmp_
     assert abs(monotonic - time.monotonic()) < 60  # a step leaves the monotonic clock alone, as NTP's does
 
 
-def ahead_takes_over(queue: Store, worker: Worker, *, fenced: bool = True, client_clock: bool = False) -> dict[str, Any]:
-    """A correct worker holds E0001; a worker an hour ahead claims twice, then both complete."""
+def ahead_takes_over(
+    queue: Store, worker: Worker, *, fenced: bool = True, client_clock: bool = False,
+) -> dict[str, Any]:
+    """A correct worker holds E0001; a worker an hour ahead claims twice; the first completes, then it."""
     queue.enqueue(line("E0001") + "\n" + line("E0002"))
     mine = queue.claim(LONG)
     assert mine is not None and mine.event_id == "E0001"
@@ -243,18 +245,17 @@ def test_a_worker_an_hour_behind(queue: Store, worker: Worker, engine: str) -> N
         assert effects(queue) == [("E0001", "behind"), ("E0002", "behind")]
 
 
-def stepped_during_a_lease(queue: Store, worker: Worker, offset: str, lease: int, forge: bool = False) -> list[Any]:
-    """A worker on the true clock claims E0001, its clock is stepped by ``offset``, it completes."""
+def stepped_during_a_lease(queue: Store, worker: Worker, lease: int, forge: bool = False) -> None:
+    """A worker on the true clock claims E0001 and waits at ``claimed``; the caller steps its clock."""
     queue.enqueue(line("E0001"))
     plan = [{"do": "claim", "lease": lease}, {"do": "pause", "name": "claimed"}, {"do": "time"},
             {"do": "complete", "forge": forge}, {"do": "claim", "lease": LONG}, {"do": "complete"}]
     worker.start(str(queue.target), "stepped", "+0", plan)
     worker.reach("claimed")
-    return plan
 
 
 def test_a_clock_stepped_forward_during_a_lease(queue: Store, worker: Worker, engine: str) -> None:
-    stepped_during_a_lease(queue, worker, "+1h", LONG)
+    stepped_during_a_lease(queue, worker, LONG)
     worker.step("+1h")
     worker.go("claimed")
     claimed, _, faked, outcome, again, last = worker.finish()
@@ -286,7 +287,7 @@ def test_negative_control_a_fence_blind_to_the_generation_lets_the_stepped_back_
 
 def stepped_back_after_a_takeover(queue: Store, worker: Worker, forge: bool = False) -> tuple[list[str], str]:
     """Its lease of one second ends, a correct worker takes E0001 over, then its clock steps back an hour."""
-    stepped_during_a_lease(queue, worker, "-1h", 1, forge)
+    stepped_during_a_lease(queue, worker, 1, forge)
     taken = claim_when_free(queue)
     assert taken.generation == 2
     worker.step("-1h")
