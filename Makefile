@@ -48,15 +48,20 @@ $(PYODIDE): site_runtime/package.json site_runtime/package-lock.json
 	npm ci --prefix site_runtime --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# The tests run on WORKERS processes (pytest-xdist; tests that share an expensive
+# fixture stay on one worker: tests/conftest.py). WORKERS=0 runs them in this one.
+WORKERS ?= auto
+XDIST   := -n $(WORKERS) --dist loadgroup
+
 test: $(VENV)/.test-installed $(AXE) $(PYODIDE)
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
 
 # Markers set in tests/conftest.py: `postgres` (needs the throwaway server),
 # `slow` (real browsers, builds, crash and chaos runs, packaging, benchmarks).
 check: $(VENV)/.test-installed
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q -m "not slow and not postgres"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not postgres"
 
 site: $(VENV)/.docs-installed $(PYODIDE)
 	$(BIN)/python -m mkdocs build --strict --site-dir site

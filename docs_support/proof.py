@@ -24,6 +24,7 @@ requirements only, and ``make test`` adds the test requirements.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from pathlib import Path
 
@@ -81,13 +82,20 @@ RUN_THEM = (
 )
 
 
-def _test_names(file: str) -> list[str]:
-    tree = ast.parse((TESTS / file).read_text(encoding="utf-8"))
-    return [
+def _test_names(file: str) -> tuple[str, ...]:
+    path = TESTS / file
+    return _names_in(path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _names_in(path: Path, mtime_ns: int) -> tuple[str, ...]:
+    # parsed once per version of the file: a page's proof table asks for each of its tests
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return tuple(
         node.name
         for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    ]
+    )
 
 
 def keyword(file: str, name: str) -> str:

@@ -25,10 +25,11 @@ MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
 
 
 def whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: ASCII digits only, within [low, high]."""
+    """An argparse type: ASCII digits only (a leading minus when low < 0), within [low, high]."""
+    digits = r"-?[0-9]+" if low < 0 else r"[0-9]+"
 
     def parse(text: str) -> int:
-        if not re.fullmatch(r"[0-9]+", text):
+        if not re.fullmatch(digits, text):
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
         value = int(text)
         if not low <= value <= high:
@@ -109,16 +110,7 @@ def parse_at(text: str) -> int:
     return seconds
 
 
-def parse_priority(text: str) -> int:
-    """An argparse type: a whole number, MIN_PRIORITY..MAX_PRIORITY, perhaps negative."""
-    if not re.fullmatch(r"-?[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    value = int(text)
-    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        raise argparse.ArgumentTypeError(
-            f"expected a number in {MIN_PRIORITY}..{MAX_PRIORITY}, got {text}"
-        )
-    return value
+parse_priority = whole_number(MIN_PRIORITY, MAX_PRIORITY)
 
 
 def parse_every(text: str) -> int:

@@ -8,7 +8,7 @@ payload a conflict that rejects the batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -51,30 +51,25 @@ class Enqueueing:
         :raises InvalidTime: ``at`` has no timezone, is too far ahead, or comes
             with a delay; nothing is written.
         """
-        check_delay(delay)
-        when = check_at(at, delay)
-        check_priority(priority)
-        if isinstance(data, Batch):
-            batch = data
-        elif isinstance(data, (str, bytes, bytearray)):
-            batch = parse_batch(
-                data.encode("utf-8") if isinstance(data, str) else bytes(data),
-                self._scope.settings,
-            )
-        elif isinstance(data, Sequence):
-            batch = parse_items(
-                cast(Sequence[Mapping[str, Any]], data), rules=self._scope.settings
-            )
-        else:
+        def parse() -> Batch:
+            if isinstance(data, Batch):
+                return data
+            if isinstance(data, (str, bytes, bytearray)):
+                return parse_batch(
+                    data.encode("utf-8") if isinstance(data, str) else bytes(data),
+                    self._scope.settings,
+                )
+            if isinstance(data, Sequence):
+                return parse_items(
+                    cast(Sequence[Mapping[str, Any]], data), rules=self._scope.settings
+                )
             raise TypeError(
                 "enqueue takes JSONL text (str or bytes), a list of dicts or a "
                 f"parsed Batch, got {type(data).__name__}; "
                 'one event is one line: \'{"event_id": "E0001", "payload": {...}}\''
             )
-        return self._runner._write(
-            "enqueue",
-            lambda tx: self.enqueue_tx(tx, batch, delay, at=when, priority=priority),
-        )
+
+        return self._write_batch(parse, delay, at, priority)
 
     def send(
         self,
@@ -94,14 +89,30 @@ class Enqueueing:
         :param priority: higher is claimed first (as ``enqueue``'s; default 0).
         :raises BatchRejected: the event breaks a rule (its code); nothing is written.
         """
+        return self._write_batch(
+            lambda: parse_items(
+                [{"event_id": event_id, "payload": payload}],
+                single=True,
+                rules=self._scope.settings,
+            ),
+            delay,
+            at,
+            priority,
+        )
+
+    def _write_batch(
+        self,
+        parse: Callable[[], Batch],
+        delay: int,
+        at: datetime | int | None,
+        priority: int,
+    ) -> EnqueueResult:
+        """Check the options enqueue and send share (before the batch: its errors
+        come second), parse the batch, then store it in one transaction."""
         check_delay(delay)
         when = check_at(at, delay)
         check_priority(priority)
-        batch = parse_items(
-            [{"event_id": event_id, "payload": payload}],
-            single=True,
-            rules=self._scope.settings,
-        )
+        batch = parse()
         return self._runner._write(
             "enqueue",
             lambda tx: self.enqueue_tx(tx, batch, delay, at=when, priority=priority),

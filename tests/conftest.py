@@ -78,8 +78,42 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(set by conftest.py for SLOW_MODULES)")
 
 
+# Shared fixtures that are cheap to make once per pytest-xdist worker: a
+# throwaway PostgreSQL server (a temporary folder and Unix socket of its own), a
+# browser, a server over a built folder. The local build is shared by all
+# workers of a run (tests/site_build.py). Any other session or module fixture of
+# ours is expensive, and its tests stay together on one worker.
+PER_WORKER = {"postgres_cluster", "browser", "built_site", "served_site", "served_under_prefix"}
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The worker group of a test that shares an expensive fixture, else None.
+
+    `make test` runs the tests on several workers (pytest-xdist, --dist
+    loadgroup). A session or module fixture is made once per worker that runs
+    one of its tests: the published build (session) would be built twice, a
+    module's shared run (a chaos run, a crash matrix) repeated. So the tests of
+    such a session fixture share one group, and those of a module fixture one
+    group per module.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    scopes = {name: defs[-1].scope for name, defs in info.name2fixturedefs.items()
+              if defs and defs[-1].func.__module__.startswith("tests.") and name not in PER_WORKER}
+    if "session" in scopes.values():
+        return "session"
+    if "module" in scopes.values():
+        return item.nodeid.split("::")[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "postgres_cluster" in getattr(item, "fixturenames", ()) or "postgresql" in params.values():
             item.add_marker(pytest.mark.postgres)

@@ -1,7 +1,8 @@
 """The built site, for the tests that read it or open it in a browser (a pytest plugin).
 
 ``tests/conftest.py`` registers this module, so that every test module shares
-one pair of builds, one server each and one browser per session:
+one pair of builds, one server each and one browser per session (per worker
+under pytest-xdist, where the local build is made once for all workers):
 
 - ``built_site``: the local build, as ``make site`` makes it;
 - ``published_build`` and ``served_published``: the build the Pages workflow
@@ -14,6 +15,7 @@ one pair of builds, one server each and one browser per session:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import http.server
 import os
@@ -113,42 +115,61 @@ def _server(directory: Path) -> http.server.ThreadingHTTPServer:
     return http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
 
+def _shared_folder(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The folder every pytest-xdist worker of this run shares, or None without workers."""
+    if not hasattr(config, "workerinput"):  # set by pytest-xdist in its workers only
+        return None
+    # each worker's base folder is <run>/popen-gwN: the run's folder is their parent
+    return tmp_path_factory.getbasetemp().parent
+
+
 @pytest.fixture(scope="session")
-def _builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
-    """Start both builds at once. The published build's server is bound first,
-    so that its SITE_URL names the address the browser will really use."""
-    local_out = tmp_path_factory.mktemp("site-local")
-    published_out = tmp_path_factory.mktemp("site-published")
-    published_server = _server(published_out)
-    published_url = f"http://127.0.0.1:{published_server.server_address[1]}/"
-    builds = {
-        "local": _start_build(local_out, site_url=None, repo_url=None),
-        "published": _start_build(published_out, site_url=published_url, repo_url=PUBLISHED_REPO_URL),
-        "published_server": published_server,
-    }
+def built_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The local build (``mkdocs build --strict``, no SITE_URL/REPO_URL); fails on any warning.
+
+    Built once per run: under pytest-xdist the first worker that needs it builds
+    it under a lock in the run's shared folder, and the others wait and read it
+    (a build they would each repeat costs more than the tests that read it).
+    """
+    shared = _shared_folder(request.config, tmp_path_factory)
+    if shared is None:
+        return _start_build(tmp_path_factory.mktemp("site-local"), site_url=None, repo_url=None).wait()
+    out, verdict = shared / "site-local", shared / "site-local.verdict"
+    with open(shared / "site-local.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not verdict.exists():
+            try:
+                _start_build(out, site_url=None, repo_url=None).wait()
+            except AssertionError as failed:
+                verdict.write_text(f"failed\n{failed}", encoding="utf-8")
+                raise
+            verdict.write_text("built", encoding="utf-8")
+    text = verdict.read_text(encoding="utf-8")
+    assert text == "built", f"the local build failed in another worker:\n{text}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def _published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Build, http.server.ThreadingHTTPServer]]:
+    """The published build and its server, bound first so that its SITE_URL names the
+    address the browser will really use (so its tests share one worker: tests/conftest.py)."""
+    out = tmp_path_factory.mktemp("site-published")
+    server = _server(out)
+    build = _start_build(out, site_url=f"http://127.0.0.1:{server.server_address[1]}/",
+                         repo_url=PUBLISHED_REPO_URL)
     try:
-        yield builds
+        yield build, server
     finally:
-        for build in builds.values():
-            if isinstance(build, Build) and build.process.poll() is None:
-                build.process.kill()
-                build.process.wait()
-        published_server.server_close()
+        if build.process.poll() is None:
+            build.process.kill()
+            build.process.wait()
+        server.server_close()
 
 
 @pytest.fixture(scope="session")
-def built_site(_builds: dict[str, object]) -> Path:
-    """The local build (``mkdocs build --strict``, no SITE_URL/REPO_URL); fails on any warning."""
-    build = _builds["local"]
-    assert isinstance(build, Build)
-    return build.wait()
-
-
-@pytest.fixture(scope="session")
-def published_build(_builds: dict[str, object]) -> Build:
+def published_build(_published: tuple[Build, http.server.ThreadingHTTPServer]) -> Build:
     """The build the Pages workflow makes: SITE_URL and REPO_URL set; fails on any warning."""
-    build = _builds["published"]
-    assert isinstance(build, Build)
+    build = _published[0]
     build.wait()
     return build
 
@@ -224,10 +245,10 @@ def served_site(built_site: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def served_published(_builds: dict[str, object], published_build: Build) -> Iterator[str]:
+def served_published(_published: tuple[Build, http.server.ThreadingHTTPServer],
+                     published_build: Build) -> Iterator[str]:
     """The published build at the very address its SITE_URL names (instant navigation needs it)."""
-    server = _builds["published_server"]
-    assert isinstance(server, http.server.ThreadingHTTPServer)
+    server = _published[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

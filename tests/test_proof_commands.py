@@ -9,6 +9,8 @@ select exactly the long tests of that file, no other.
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
 import subprocess
 import sys
@@ -35,25 +37,42 @@ def long_tests() -> dict[str, list[str]]:
     return found
 
 
-def collected(args: list[str]) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", *args],
+def selected(expressions: dict[str, str], tmp_path: Path) -> set[str]:
+    """What each file's expression selects in that file, with pytest's own ``-k`` matching."""
+    out = tmp_path / "selected.txt"
+    env = {**os.environ, "QUEUE_CORE_KEYWORDS": json.dumps(expressions), "QUEUE_CORE_KEYWORDS_OUT": str(out)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "-p", "no:xdist",
+         "-p", "tests.keyword_probe", *expressions],
         cwd=TESTS.parent,
         capture_output=True,
         text=True,
         timeout=240,
+        env=env,
     )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    return {line.split("[")[0] for line in out.stdout.splitlines() if "::" in line}
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line.split("[")[0] for line in out.read_text(encoding="utf-8").splitlines()}
 
 
 @pytest.mark.slow
-def test_each_keyword_selects_exactly_its_long_tests() -> None:
+def test_each_keyword_selects_exactly_its_long_tests(tmp_path: Path) -> None:
     files = long_tests()
     assert files, "no test id is too long for a line: nothing to select with -k"
-    for file, names in files.items():
-        expression = " or ".join(keyword(file, name) for name in names)
-        assert collected([f"tests/{file}", "-k", expression]) == {f"tests/{file}::{n}" for n in names}, file
+    expressions = {f"tests/{file}": " or ".join(keyword(file, name) for name in names)
+                   for file, names in files.items()}
+    expected = {f"tests/{file}::{name}" for file, names in files.items() for name in names}
+    assert selected(expressions, tmp_path) == expected
+
+
+@pytest.mark.slow
+def test_the_keyword_probe_sees_a_keyword_that_selects_too_much(tmp_path: Path) -> None:
+    # the probe's negative control: an expression that matches every test of
+    # its file is reported as such, not filtered to the expected ones
+    file = "tests/test_proof_commands.py"
+    assert selected({file: "test"}, tmp_path) == {
+        f"{file}::{name}" for name in ("test_each_keyword_selects_exactly_its_long_tests",
+                                       "test_the_keyword_probe_sees_a_keyword_that_selects_too_much",
+                                       "test_the_command_fits_its_lines_and_names_every_test")}
 
 
 def test_the_command_fits_its_lines_and_names_every_test() -> None:

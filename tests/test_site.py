@@ -205,15 +205,21 @@ def test_published_build_names_its_host_and_repository(published_build: Build) -
     assert proof_links > 0, "no proof table links a test id to its line"
 
 
+# The pages are loaded in SHARES parts, so that pytest-xdist's workers share them.
+SHARES = 4
+
+
+@pytest.mark.parametrize("share", range(SHARES))
 def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, served_site: str,
-                                                                      built_site: Path) -> None:
-    pages = site_pages(built_site)
+                                                                      built_site: Path, share: int) -> None:
+    pages = site_pages(built_site)[share::SHARES]
     assert len(pages) >= 1
-    diagrams = drawn = blocks = tables = 0
+    diagrams = drawn = 0
     for path in pages:
         context, page, problems, requested = open_page(browser, served_site + path)
         try:
             expected = page.locator("pre.mermaid, div.mermaid").count()
+            assert expected == diagrams_in(html_of(built_site, path)), f"{path}: diagrams in the browser and the file"
             if expected:
                 wait_for_diagrams(page, expected)
                 assert page.locator("pre.mermaid").count() == 0, f"{path}: a diagram stayed raw text"
@@ -231,15 +237,21 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
             # ... and no table either (or the page itself)
             tables_sideways = page.evaluate(TABLES_SIDEWAYS)
             assert tables_sideways == [], f"{path}: tables scroll sideways: {tables_sideways}"
-            blocks += page.locator("pre > code").count()
-            tables += page.locator("article table").count()
         finally:
             context.close()
-    assert 0 < drawn < len(pages), "the site should have pages with and pages without diagrams"
-    assert blocks > 300
-    assert tables > 100
     print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG, "
           f"mermaid downloaded by those {drawn} pages only")
+
+
+def test_the_shares_load_every_page_once_with_and_without_diagrams(built_site: Path) -> None:
+    pages = site_pages(built_site)
+    shares = [path for share in range(SHARES) for path in pages[share::SHARES]]
+    assert sorted(shares) == pages
+    drawn = [path for path in pages if diagrams_in(html_of(built_site, path))]
+    assert 0 < len(drawn) < len(pages), "the site should have pages with and pages without diagrams"
+    html = [html_of(built_site, path) for path in pages]
+    assert sum(len(re.findall(r"<pre[^>]*>(?:<span></span>)?<code", text)) for text in html) > 300
+    assert sum(text.count("<table>") for text in html) > 100  # Markdown's tables, not code's line numbers
 
 
 def test_the_sideways_check_finds_a_block_that_scrolls(browser) -> None:
