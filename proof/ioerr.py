@@ -138,6 +138,7 @@ def fault_run(
     """One process does ``phase`` with ``fault`` armed; the power is cut; what survived."""
     run = FaultRun(fault.label, phase, via, ignore, then)
     first, second = _events(1, seed), _events(1 + EVENTS_PER_BATCH, seed)
+    workdir.mkdir(parents=True, exist_ok=True)
     batch = workdir / "second.jsonl"
     batch.write_text(batch_text(second), encoding="utf-8")
     fs = PowerFS(workdir / "fs")
