@@ -14,6 +14,11 @@ and size) and ``fsync`` of a directory (its names) reach the durable image
    still holding a file there is an error of the harness, reported);
 3. the filesystem is unmounted.
 
+``fail(kind, at, ...)`` makes the filesystem fail instead: the ``at``-th
+``fsync`` or ``write`` from now returns EIO or ENOSPC, once or from then on; a
+failed fsync loses the file's unsynced writes for good (fsyncgate, modelled as
+Linux behaves: ``powerfs_image``). A remount clears it.
+
 ``mount()`` again then shows only what the cut left. The kernel keeps the
 locks (POSIX and ``flock``) and shares ``mmap`` pages, so SQLite in WAL mode
 works across processes as on a local disk.
@@ -34,6 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+from proof.powerfs_daemon import FaultKind
 from proof.powerfs_image import Mode
 
 __all__ = ["MOUNT_SECONDS", "PowerFS", "fuse_available", "mounted"]
@@ -100,7 +106,7 @@ class PowerFS:
         return self.mountpoint
 
     def ask(self, line: str) -> dict[str, Any]:
-        """One control command (``sync``, ``stats``, ``cut MODE SEED``); its JSON answer."""
+        """One control command (``sync``, ``stats``, ``cut MODE SEED``, ``fail ...``); its answer."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(MOUNT_SECONDS)
             connection.connect(str(self.control))
@@ -119,6 +125,22 @@ class PowerFS:
     def sync(self) -> None:
         """Make everything durable (as a clean shutdown's ``sync`` would)."""
         self.ask("sync")
+
+    def fail(
+        self, kind: FaultKind, at: int, error: str = "EIO", *, always: bool = False,
+        suffix: str = "",
+    ) -> None:
+        """Make the ``at``-th ``kind`` (``fsync`` or ``write``) from now fail with ``error``.
+
+        ``always``: every later one fails too. ``suffix``: only files whose name
+        ends with it are counted (e.g. ``-wal``). ``fail_off()`` clears it.
+        """
+        repeat = "always" if always else "once"
+        self.ask(" ".join(["fail", kind, str(at), error, repeat, *([suffix] if suffix else [])]))
+
+    def fail_off(self) -> None:
+        """No operation fails any more (the counts in ``stats`` stay)."""
+        self.ask("fail off")
 
     def cut(
         self, mode: Mode, seed: int, victims: Iterable[subprocess.Popen[Any]] = ()

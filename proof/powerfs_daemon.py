@@ -11,7 +11,18 @@ A control socket, outside the mount, takes one command a connection:
   is a JSON count of what was torn;
 * ``arm N``: freeze by itself when the N-th change from now comes (that
   change fails): a cut at a chosen point of the processes' own writes;
-* ``stats``: JSON counts (``frozen`` says whether an armed cut came).
+* ``fail KIND N ERRNO ONCE|ALWAYS [SUFFIX]``: the N-th ``fsync`` (KIND
+  ``fsync``: fsync and fdatasync of a file) or ``write`` from now, counting
+  only files whose name ends with SUFFIX if one is given, fails with ERRNO
+  (``EIO`` or ``ENOSPC``): that one only (``once``), or every later one too
+  (``always``); ``fail off`` clears it. A failed write changes nothing. A
+  failed fsync is fsyncgate as Linux does it (``Images.sync_failed``): the
+  file's unsynced writes are NOT made durable and are forgotten, so a later
+  fsync that succeeds does not bring them back, while processes still read
+  them (the page cache keeps them);
+* ``stats``: JSON counts (``frozen`` says whether an armed cut came;
+  ``fsyncs`` and ``writes`` count the file syncs and writes asked for,
+  ``failed`` the ones a ``fail`` made fail).
 
 Locks are not implemented on purpose: without ``lock`` and ``flock``
 operations the kernel keeps POSIX and ``flock`` locks itself, between the
@@ -27,18 +38,51 @@ import errno
 import json
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from proof.powerfs_image import MODES, Images, Mode
 
 T = TypeVar("T")
 
 
-class _Frozen(Exception):
-    pass
+FaultKind = Literal["fsync", "write"]
+ERRNOS: Final = {"EIO": errno.EIO, "ENOSPC": errno.ENOSPC}
+
+
+@dataclass
+class Fault:
+    """A failure armed by ``fail``: the ``countdown``-th operation of ``kind`` fails."""
+
+    kind: FaultKind
+    countdown: int  # operations of this kind until the first failure (1: the next one)
+    error: int  # an errno
+    always: bool  # every later one fails too
+    suffix: str = ""  # only files whose name ends so are counted ("": all)
+
+    def fires(self, kind: FaultKind, path: str) -> bool:
+        """Count one operation of ``kind`` on ``path``: whether it fails."""
+        if kind != self.kind or not path.endswith(self.suffix):
+            return False
+        self.countdown -= 1
+        return self.countdown == 0 or (self.always and self.countdown < 0)
+
+    @classmethod
+    def parse(cls, words: list[str]) -> Fault | None:
+        """``fail KIND N ERRNO once|always [SUFFIX]`` as a fault, or None if malformed."""
+        if not 5 <= len(words) <= 6 or words[0] != "fail":
+            return None
+        _, kind, count, name, repeat, *suffix = words
+        if kind not in ("fsync", "write") or not count.isdigit() or int(count) < 1:
+            return None
+        if name not in ERRNOS or repeat not in ("once", "always"):
+            return None
+        return cls("fsync" if kind == "fsync" else "write", int(count), ERRNOS[name],
+                   repeat == "always", suffix[0] if suffix else "")
 
 
 class PowerOperations:
@@ -53,9 +97,16 @@ class PowerOperations:
         self.frozen = False
         self.changes = 0  # changes that reached the live image
         self.armed: int | None = None  # freeze at this many more changes
+        self.fault: Fault | None = None
+        self.counts = {"fsyncs": 0, "writes": 0, "failed": 0}
 
     def _real(self, path: str) -> str:
         return os.path.join(self.live, path.lstrip("/"))
+
+    @staticmethod
+    def _name(path: str | None, fh: int) -> str:
+        """The file's path (libfuse may pass none with an open file: then the handle's)."""
+        return path if path is not None else os.readlink(f"/proc/self/fd/{fh}")
 
     @staticmethod
     def _relative(path: str) -> str:
@@ -65,14 +116,31 @@ class PowerOperations:
     def _parent(path: str) -> str:
         return os.path.dirname(path.strip("/"))
 
-    def _change(self, action: Callable[[], T]) -> T:
-        """Run a change of the live image, unless the power is cut (then: EIO)."""
+    def _change(
+        self, action: Callable[[], T], kind: FaultKind | None = None, path: str = "",
+        failed: Callable[[], None] | None = None,
+    ) -> T:
+        """Run a change of the live image, unless the power is cut (then: EIO) or a fault fires.
+
+        ``kind`` and ``path`` say what it is, for ``fail``; ``failed`` runs
+        instead of ``action`` when the fault fires, before the error is returned.
+        """
         with self._mutex:
             if self.armed is not None:
                 self.armed -= 1
                 self.frozen = self.frozen or self.armed <= 0
             if self.frozen:
                 raise OSError(errno.EIO, "the power is cut")
+            if kind is not None:
+                self.counts[f"{kind}s"] += 1
+                if self.fault is not None and self.fault.fires(kind, path):
+                    self.counts["failed"] += 1
+                    # the harness reads daemon.log: which operation was made to fail
+                    print(f"powerfs: {kind} of {path} fails: {errno.errorcode[self.fault.error]}",
+                          file=sys.stderr, flush=True)
+                    if failed is not None:
+                        failed()
+                    raise OSError(self.fault.error, os.strerror(self.fault.error))
             self.changes += 1
             return action()
 
@@ -145,7 +213,7 @@ class PowerOperations:
             written = os.pwrite(fh, data, offset)
             self.images.wrote(fh, offset, written)
             return written
-        return self._change(write)
+        return self._change(write, "write", self._name(path, fh))
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         def truncate() -> int:
@@ -158,7 +226,8 @@ class PowerOperations:
         return self._change(truncate)
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
-        return self._change(lambda: self.images.sync_file(fh)) or 0
+        return self._change(lambda: self.images.sync_file(fh), "fsync", self._name(path, fh),
+                            lambda: self.images.sync_failed(fh)) or 0
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
         return self._change(lambda: self.images.sync_dir(self._relative(path))) or 0
@@ -220,7 +289,15 @@ class PowerOperations:
                 return {"ok": True}
             if words == ["stats"]:
                 return {"ok": True, "syncs": self.images.syncs, "changes": self.changes,
-                        "dir_syncs": self.images.dir_syncs, "frozen": self.frozen}
+                        "dir_syncs": self.images.dir_syncs, "frozen": self.frozen,
+                        "lost_units": self.images.lost_units, **self.counts}
+            if words == ["fail", "off"]:
+                self.fault = None
+                return {"ok": True}
+            fault = Fault.parse(words)
+            if fault is not None:
+                self.fault = fault
+                return {"ok": True}
             if len(words) == 2 and words[0] == "arm" and words[1].isdigit():
                 self.armed = int(words[1])
                 return {"ok": True}

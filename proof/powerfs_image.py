@@ -9,6 +9,13 @@ here, in memory, and changes only where POSIX says a write becomes durable:
 * ``fsync`` of a directory makes its current names durable (creates, renames,
   unlinks, mkdirs), each name pointing at a file's identity, not its bytes.
 
+A failed ``fsync`` (``sync_failed``, armed through the daemon's ``fail``) is
+fsyncgate as Linux does it: the kernel marks the pages it could not write
+clean and drops the error, so the file's writes since its last sync never
+reach the durable image, and a later ``fsync`` that succeeds does not bring
+them back (it writes only what changed after the failure). The live image
+keeps them: processes still read them, as from the page cache.
+
 Everything since the last sync is remembered as history, for the torn mode:
 each 512-byte unit of a file keeps every version it had since the file's last
 sync, each file its sizes, each directory its name sets. A power cut then
@@ -65,6 +72,7 @@ class Images:
     dir_history: dict[str, list[Names]] = field(default_factory=dict)
     syncs: int = 0  # file syncs that reached the durable image
     dir_syncs: int = 0
+    lost_units: int = 0  # unsynced 512-byte units a failed fsync dropped
 
     # ------------------------------------------------------------------ start
     @classmethod
@@ -136,6 +144,20 @@ class Images:
         f.sizes.clear()
         f.versions.clear()
         self.syncs += 1
+
+    def sync_failed(self, fd: int) -> None:
+        """An ``fsync`` of ``fd`` failed: its unsynced writes are dropped, never to be durable.
+
+        The durable bytes stay as the last successful sync left them; a later
+        sync writes only units changed after this (the rest of a grown file
+        reads as zeros on the disk, as unwritten blocks do).
+        """
+        # (a mount syncs every file it finds: no file here is still "found")
+        f = self._file_of(os.fstat(fd).st_ino)
+        self.lost_units += len(f.versions)
+        # shrinks since the last sync stay forgotten too: the durable size is kept
+        f.sizes.clear()
+        f.versions.clear()
 
     # ----------------------------------------------------------- directories
     def names(self, relative: str) -> Names:
