@@ -1,0 +1,67 @@
+"""PostgreSQL's side of a pause (issue #36): the guard that ends a paused client's transaction, and a COMMIT stopped in flight.
+
+Real processes and the session's throwaway server (tests/postgres_server.py);
+the harness is ``proof/pause.py``. The guard's negative control, a pause
+inside a transaction with the guard far off, is
+``tests/conformance/test_pause.py::test_a_worker_paused_inside_its_transaction_stalls_what_it_locks``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proof import pause
+from queue_core.engines.postgres import IDLE_IN_TRANSACTION_MS, PostgresConnection
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
+
+
+def setting(url: str) -> str:
+    conn = PostgresConnection(url, busy_timeout_ms=100)
+    try:
+        return str(conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_the_store_sets_the_guard_and_a_url_of_its_own_wins(postgres_url: str) -> None:
+    assert IDLE_IN_TRANSACTION_MS == 300_000 and setting(postgres_url) == "5min"
+    own = postgres_url + "&options=-c%20idle_in_transaction_session_timeout%3D1500"
+    assert setting(own) == "1500ms"
+
+
+def test_the_guard_ends_a_paused_transaction_and_the_message_is_finished_once(
+        postgres_url: str, tmp_path: Path) -> None:
+    run = pause.paused_past_lease(postgres_url, tmp_path, "postgresql", "plain_after", guard_ms=1000)
+    # the server ended A's session: its row lock went, and B2 took E0001 during the pause
+    assert run.retaken["summary"]["done"] == 1, run.to_dict()
+    assert run.effects == {"E0001": 1, "E0002": 1}, run.to_dict()
+    assert run.final == {"E0001": ["done", 2], "E0002": ["done", 1]}, run.to_dict()
+    # A wakes to a clear error, not a traceback; its effect was never committed
+    assert run.paused["status"] == 1 and run.paused["summary"] is None, run.paused
+    assert run.paused["stderr"].startswith("queue-core: connection_lost: "), run.paused
+    assert "idle-in-transaction timeout" in run.paused["stderr"] and "Traceback" not in run.paused["stderr"]
+
+
+def test_the_guard_misses_a_transaction_whose_only_statement_went_with_its_begin(
+        postgres_url: str, tmp_path: Path) -> None:
+    # The store sends BEGIN with the first statement in one pipeline; psycopg
+    # ends a pipeline with a flush request after its sync, and PostgreSQL 15
+    # re-arms its idle timer only when it says it is ready again: the timer
+    # stays off. A limit, stated on the pages; this fails if it goes away.
+    run = pause.paused_past_lease(postgres_url, tmp_path, "postgresql", "plain_first", guard_ms=1000)
+    assert run.retaken["summary"]["claimed"] == 0, run.to_dict()  # still locked after 1 s and more
+    assert run.effects == {"E0001": 1, "E0002": 1} and run.paused["summary"]["lease_lost"] == 1
+
+
+def test_a_worker_stopped_inside_commit_finishes_its_message_and_nobody_else_does(
+        postgres_url: str, tmp_path: Path) -> None:
+    run = pause.paused_in_commit(postgres_url, tmp_path)
+    # its ACK was checked before COMMIT, under its row lock: the lease ending
+    # during COMMIT changes nothing, others skip the row and finish E0002
+    assert run.during["summary"] == {"claimed": 1, "done": 1, "retried": 0, "dead": 0, "lease_lost": 0}
+    assert run.paused["summary"] == {"claimed": 1, "done": 1, "retried": 0, "dead": 0, "lease_lost": 0}
+    assert run.effects == {"E0001": 1, "E0002": 1}, run.to_dict()
+    assert run.final == {"E0001": ["done", 1], "E0002": ["done", 1]}, run.to_dict()
