@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from proof.records import Record, load_committed
 
-__all__ = ["NAME", "committed_table", "page_table", "row"]
+__all__ = ["NAME", "committed_table", "page_table", "row", "stall_line"]
 
 NAME: Final = "pause"  # evidence/pause.json
 SHAPES: Final = {
@@ -76,3 +76,17 @@ def committed_table(shapes: Sequence[str] | None = None) -> str:
         return ("No pause record is committed yet: run `.venv/bin/python scripts/pause.py "
                 "--record` and commit `evidence/pause.json`.\n")
     return page_table(record, shapes)
+
+
+def stall_line(record: Record | None = None) -> str:
+    """The stall a pause inside a transaction caused, per engine, from the record (committed if not given)."""
+    record = record or load_committed(NAME)
+    if record is None:
+        return "No pause record is committed yet: nothing measured here.\n"
+    runs = {(run["engine"], run["shape"]): run for run in record.result["runs"]}
+    sqlite, postgres = runs[("sqlite", "plain_after")], runs[("postgresql", "plain_after")]
+    return (f"Measured on this machine ({record.recorded_at}, `evidence/pause.json`): on "
+            f"SQLite a writer waited {sqlite['waiter']['seconds']:.1f} s of a "
+            f"{sqlite['pause_seconds']:.1f} s pause; on PostgreSQL, during a "
+            f"{postgres['pause_seconds']:.1f} s pause, another worker finished another message "
+            f"in {postgres['during']['seconds']:.1f} s, and could not take the stopped one's.\n")
