@@ -213,14 +213,16 @@ def no_live_lease(queue: Store) -> bool:
 
 
 def paused_past_lease(target: str, folder: Path, engine: str, shape: str,
-                      guard_ms: int | None = None) -> Run:
+                      guard_ms: int | None = None, hold: float = 0.0) -> Run:
     """A paused after its claim, past its lease; other workers try; A continues.
 
     ``shape``: ``two_step``, ``plain`` (paused before its effect) or
     ``plain_after`` (after it). ``guard_ms``: A's own
     ``idle_in_transaction_session_timeout`` on PostgreSQL (None: the store's).
+    ``hold``: keep A stopped at least this long (seconds), to measure a stall.
     """
-    run = Run(engine, shape if guard_ms is None else f"{shape}, guard {guard_ms} ms")
+    name = shape if guard_ms is None else f"{shape}, guard {guard_ms} ms"
+    run = Run(engine, name if not hold else f"{name}, held {hold:g} s")
     url = target if guard_ms is None else _with_option(
         target, f"-c idle_in_transaction_session_timeout={guard_ms}")
     locked = engine == "sqlite" and shape != "two_step"  # A holds SQLite's write lock
@@ -235,6 +237,7 @@ def paused_past_lease(target: str, folder: Path, engine: str, shape: str,
             other_message(queue)
         until(lambda: lease_ended(queue), "A's lease never ended")
         run.at("A's lease ended (the queue's clock)")
+        time.sleep(max(0.0, hold - (time.monotonic() - waited_from)))  # a chosen pause, not a wait
         # B may not wait: on SQLite a plain handler's pause holds the write lock
         run.during = _ledger_worker(target, folder, "--busy-timeout", "1")
         run.at(f"B ended: {_said(run.during)}")

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proof import pause, records  # noqa: E402
-from proof.pause_table import NAME  # noqa: E402
+from proof.pause_table import HELD, NAME  # noqa: E402
 from proof import postgres_cluster as postgres_server  # noqa: E402
 
 SHAPES = ("two_step", "plain", "plain_after")
@@ -37,7 +37,9 @@ PARAMS: dict[str, Any] = {"lease_seconds": pause.LEASE, "heartbeat_every": pause
                           "runs": [*(f"{engine} {shape}" for engine in ("sqlite", "postgresql")
                                      for shape in SHAPES),
                                    "postgresql guard", "postgresql guard, first statement",
-                                   "postgresql commit"]}
+                                   "postgresql commit",
+                                   *(f"{engine} plain_after held {HELD} s"
+                                     for engine in ("sqlite", "postgresql"))]}
 
 
 def verdicts(runs: list[dict[str, Any]]) -> list[str]:
@@ -63,7 +65,8 @@ def _in_folder(body: Callable[[Path], pause.Run]) -> dict[str, Any]:
 def sqlite_runs() -> list[dict[str, Any]]:
     return [_in_folder(lambda f, s=shape: pause.paused_past_lease(  # type: ignore[misc]
                 str(f / "queue.sqlite3"), f, "sqlite", s))
-            for shape in SHAPES]
+            for shape in SHAPES] + [_in_folder(lambda f: pause.paused_past_lease(
+                str(f / "queue.sqlite3"), f, "sqlite", "plain_after", hold=HELD))]
 
 
 def postgres_runs() -> list[dict[str, Any]]:
@@ -90,6 +93,8 @@ def postgres_runs() -> list[dict[str, Any]]:
             runs.append(fresh(lambda u, f, s=shape: pause.paused_past_lease(  # type: ignore[misc]
                 u, f, "postgresql", s, GUARD_MS)))
         runs.append(fresh(lambda u, f: pause.paused_in_commit(u, f)))
+        runs.append(fresh(lambda u, f: pause.paused_past_lease(
+            u, f, "postgresql", "plain_after", hold=HELD)))
     finally:
         cluster.stop()
     return runs

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from proof import records
-from proof.pause_table import NAME, committed_table, page_table, stall_line
+from proof.pause_table import HELD, NAME, committed_table, page_table, stall_line
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"fencing.md": "committed_table(", "long-work.md": "committed_table(", "limits.md": "stall_line("}
@@ -62,7 +62,10 @@ def test_the_table_prints_each_run_and_says_whose_code() -> None:
     assert record.fingerprint in text and "`lease_lost`" in text and "`database_busy`" in text
     stale = replace(record, fingerprint="0123456789abcdef")
     assert "not this code" in page_table(stale) and "(this code)" not in page_table(stale)
-    assert f"{record.result['runs'][1]['waiter']['seconds']:.1f} s" in stall_line(record)
+    held = next(r for r in record.result["runs"] if r["engine"] == "sqlite" and "held" in r["shape"])
+    assert held["waiter"]["waiting_at_continue"] and held["pause_seconds"] >= HELD
+    assert f"waited {held['waiter']['seconds']:.1f} s of a {held['pause_seconds']:.1f} s pause" \
+        in stall_line(record)
 
 
 def test_without_a_record_the_pages_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
