@@ -89,7 +89,7 @@ def stall_line(record: Record | None = None) -> str:
     sqlite, postgres = (runs[(engine, f"plain_after, held {HELD:g} s")]
                         for engine in ("sqlite", "postgresql"))
     return (f"Measured on this machine ({record.recorded_at}, `evidence/pause.json`): on "
-            f"SQLite a writer waited {sqlite['waiter']['seconds']:.1f} s of a "
-            f"{sqlite['pause_seconds']:.1f} s pause; on PostgreSQL, during a "
+            f"SQLite a writer started as the worker stopped ended {sqlite['waiter']['seconds']:.1f} s "
+            f"later, after a {sqlite['pause_seconds']:.1f} s pause; on PostgreSQL, during a "
             f"{postgres['pause_seconds']:.1f} s pause, another worker finished another message "
             f"in {postgres['during']['seconds']:.1f} s, and could not take the stopped one's.\n")

@@ -64,7 +64,7 @@ def test_the_table_prints_each_run_and_says_whose_code() -> None:
     assert "not this code" in page_table(stale) and "(this code)" not in page_table(stale)
     held = next(r for r in record.result["runs"] if r["engine"] == "sqlite" and "held" in r["shape"])
     assert held["waiter"]["waiting_at_continue"] and held["pause_seconds"] >= HELD
-    assert f"waited {held['waiter']['seconds']:.1f} s of a {held['pause_seconds']:.1f} s pause" \
+    assert f"ended {held['waiter']['seconds']:.1f} s later, after a {held['pause_seconds']:.1f} s pause" \
         in stall_line(record)
 
 
