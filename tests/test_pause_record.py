@@ -58,7 +58,7 @@ def test_the_verdicts_catch_a_doubled_effect_and_a_message_left_leased() -> None
 def test_the_table_prints_each_run_and_says_whose_code() -> None:
     record = committed()
     text = page_table(record)
-    assert text.count("\n| ") - 1 == len(record.result["runs"])  # header, then one row per run
+    assert text.count("\n| ") - 2 == len(record.result["runs"])  # header, rule, then one row per run
     assert record.fingerprint in text and "`lease_lost`" in text and "`database_busy`" in text
     stale = replace(record, fingerprint="0123456789abcdef")
     assert "not this code" in page_table(stale) and "(this code)" not in page_table(stale)
