@@ -52,6 +52,12 @@ CONNECT_DEFAULTS: Final = {
     "keepalives_count": "3",
     "tcp_user_timeout": "60000",
 }
+# A client paused inside a transaction (SIGSTOP, a stopped VM) holds its rows'
+# locks until it wakes; the server ends such a session after this long idle
+# in a transaction: 5 minutes (milliseconds), far above any statement gap of
+# the store's own. A URL's ``options=-c idle_in_transaction_session_timeout=N``
+# wins (0: never).
+IDLE_IN_TRANSACTION_MS: Final = 300_000
 
 
 def server_bounds(bounds: Mapping[str, Any]) -> str | None:
@@ -170,6 +176,8 @@ class PostgresConnection:
         # 0 would switch PostgreSQL's lock timeout off (wait forever); SQLite's 0
         # means do not wait.
         self.execute(f"SET lock_timeout = {max(1, int(busy_timeout_ms))}")
+        if "idle_in_transaction_session_timeout" not in str(given.get("options", "")):
+            self.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
         own_bounds = server_bounds(bounds)
         if own_bounds is not None:
             self.execute(own_bounds)
@@ -492,7 +500,8 @@ def storage_error(exc: Exception, url: str) -> StorageError:
         return StorageError(
             f"{where}: the database is read-only ({_one_line(exc)})", code="read_only"
         )
-    if isinstance(exc, psycopg.OperationalError):
+    # the server ended a session idle in its transaction too long (the guard above)
+    if isinstance(exc, (psycopg.OperationalError, errors.IdleInTransactionSessionTimeout)):
         return StorageError(
             f"{where}: the connection to the database server failed ({_one_line(exc)})",
             code="connection_lost",
