@@ -156,9 +156,11 @@ def save_record(
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.json").write_text(
-            json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8"
-        )
+        # whole or not at all: a page that reads the record while a test
+        # process writes it (pytest-xdist workers) never sees half of it
+        part = folder / f".{name}.{os.getpid()}.json"
+        part.write_text(json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8")
+        os.replace(part, folder / f"{name}.json")
     except OSError:
         pass
     return record
