@@ -70,6 +70,9 @@ def handler() -> Handler:
 # contributors between two edits. `make test` (and so CI) runs everything.
 SLOW_MODULES = {"test_site", "test_run_here", "test_fuzz", "test_storage_faults", "test_bench", "test_crash_matrix",
                 "test_chaos", "test_model", "test_packaging", "test_power_cuts"}
+# Pages whose blocks run a proof (the random kills, the crash matrix) when no
+# fresh record of it is at hand, as in a new clone.
+SLOW_PAGES = {"how-we-know.md"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -117,5 +120,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "postgres_cluster" in getattr(item, "fixturenames", ()) or "postgresql" in params.values():
             item.add_marker(pytest.mark.postgres)
-        if item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py") in SLOW_MODULES:
+        file = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        if file.removesuffix(".py") in SLOW_MODULES or file in SLOW_PAGES:
             item.add_marker(pytest.mark.slow)
