@@ -15,57 +15,20 @@ see the page "A power cut, measured", section "I/O errors".
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 # the repository's proof package (not installed with queue_core) sits beside scripts/
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proof import records  # noqa: E402
+from fuse_tables import Table, main  # noqa: E402
+
 from proof.ioerr_table import LONG, NAME, QUICK, run_table, table_lines, verdict  # noqa: E402
-from proof.powerfs import fuse_available  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/ioerr.py",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--long", action="store_true", help=f"the long table: {dict(LONG)}")
-    parser.add_argument("--record", action="store_true",
-                        help="write the record into evidence/ (records.COMMITTED)")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the payloads")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    args = parser.parse_args(argv)
-    why = fuse_available()
-    if why is not None:
-        print(f"python scripts/ioerr.py: cannot mount the power-cut filesystem: {why}",
-              file=sys.stderr)
-        return 2
-    params = dict(LONG if args.long else QUICK)
-    if args.seed is not None:
-        params["seed"] = args.seed
-
-    def progress(line: str) -> None:
-        if not args.quiet:
-            print(line, file=sys.stderr, flush=True)
-
-    began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="queue-core-ioerr-") as workdir:
-        rows = run_table(params, Path(workdir), progress)
-    folder = records.COMMITTED if args.record else Path(tempfile.gettempdir())
-    record = records.save_record(NAME, params, rows, by="scripts/ioerr.py"
-                                 + (" --long" if args.long else ""),
-                                 seconds=time.monotonic() - began, folder=folder)
-    print("\n".join(table_lines(record)))
-    wrong = verdict(rows)
-    for line in wrong:
-        print(f"WRONG: {line}", file=sys.stderr)
-    if args.record:
-        print(f"recorded in {folder / f'{NAME}.json'}", file=sys.stderr)
-    return 1 if wrong else 0
-
+TABLE = Table("scripts/ioerr.py", NAME, QUICK, LONG, run_table, table_lines, verdict,
+              seed_help="seed of the payloads")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(TABLE, __doc__.splitlines()[0]))
