@@ -306,6 +306,18 @@ SIDEWAYS = """exempt => [...document.querySelectorAll('pre > code')]
                 code.scrollWidth, code.clientWidth])"""
 
 
+def follow_link(page, url: str) -> None:
+    """Click the navigation's link to ``url`` as a reader does, and wait until the new page's
+    content has replaced the old one (instant navigation changes the address first, so
+    waiting for the address alone can still find the old page's elements)."""
+    page.evaluate("() => { window.__leaving = document.querySelector('.md-content') }")
+    page.evaluate("url => [...document.querySelectorAll('a.md-nav__link')]"
+                  ".find(a => a.href === url).click()", url)
+    page.wait_for_function(
+        "url => location.href === url && window.__leaving && !window.__leaving.isConnected"
+        " && document.querySelector('.md-content') !== null", arg=url, timeout=15_000)
+
+
 def wait_for_diagrams(page, expected: int) -> None:
     page.wait_for_function(
         "() => [...document.querySelectorAll('div.mermaid')]"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from docs_support.run_here import blocks
-from tests.site_build import ROOT, open_page, serving, site_pages
+from tests.site_build import ROOT, follow_link, open_page, serving, site_pages
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -245,8 +245,7 @@ def test_the_runtime_is_kept_across_instant_navigation(browser, served_published
         assert first["state"] == "done" and first["loadMs"] > 0
         page.evaluate("() => { window.__same_document = true }")
         url = served_published + target
-        page.evaluate("url => [...document.querySelectorAll('a.md-nav__link')].find(a => a.href === url).click()", url)
-        page.wait_for_function("url => location.href === url", arg=url, timeout=15_000)
+        follow_link(page, url)
         page.wait_for_selector(".qc-run .qc-run__bar", timeout=15_000)
         assert page.evaluate("() => window.__same_document === true"), "reached by a full reload"
         second = run_block(page, 0)

@@ -47,6 +47,7 @@ from tests.site_build import (
     TEST_ONLY,
     DOCS_ONLY_MKDOCS,
     Build,
+    follow_link,
     HOOKS,
     site_pages,
     html_of,
@@ -332,10 +333,7 @@ def test_instant_navigation_renders_diagrams_offline(browser, served_published: 
         page.evaluate("() => { window.__same_document = true }")
         for target in targets:
             url = served_published + target
-            # Click the navigation's link the way a reader does; Material intercepts it.
-            page.evaluate("url => [...document.querySelectorAll('a.md-nav__link')]"
-                          ".find(a => a.href === url).click()", url)
-            page.wait_for_function("url => location.href === url", arg=url, timeout=15_000)
+            follow_link(page, url)  # Material intercepts the click
             wait_for_diagrams(page, diagrams_in(html_of(site, target)))
             assert page.locator("pre.mermaid").count() == 0, f"{target}: a diagram stayed raw text"
             assert page.evaluate("() => window.__same_document === true"), \
