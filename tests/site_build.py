@@ -47,7 +47,9 @@ MERMAID = "assets/javascripts/mermaid.min.js"
 # axe-core, the accessibility engine behind Lighthouse: `make test` installs the
 # version locked in tests/browser/package-lock.json (npm ci), never a CDN copy.
 AXE = ROOT / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
-RUN_AXE = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
+# Called with a list of rule ids, runs only those; without, every rule.
+RUN_AXE = """async (rules) => (await axe.run(document, rules ? {resultTypes: ["violations"], runOnly: rules}
+                                                    : {resultTypes: ["violations"]})).violations
   .filter(v => v.impact === "serious" || v.impact === "critical")
   .map(v => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(", ")}`)"""
 # `python -c DOCS_ONLY_MKDOCS build ...`: mkdocs, with what only `make test`
@@ -110,8 +112,22 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _server(directory: Path) -> http.server.ThreadingHTTPServer:
-    handler = functools.partial(_QuietHandler, directory=str(directory))
+# A project's published site lives under a sub-path (https://owner.github.io/queue_core/),
+# so every URL its pages and the runtime use must be relative.
+PREFIX = "/queue_core/"
+
+
+class SubPathHandler(_QuietHandler):
+    """The site under PREFIX, as on a project's Pages host; anything else is 404."""
+
+    def translate_path(self, path: str) -> str:
+        if not path.startswith(PREFIX):
+            return str(Path(self.directory) / "__outside_the_site__")
+        return super().translate_path("/" + path[len(PREFIX):])
+
+
+def site_server(directory: Path, handler_class: type[_QuietHandler] = _QuietHandler) -> http.server.ThreadingHTTPServer:
+    handler = functools.partial(handler_class, directory=str(directory))
     return http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
 
@@ -152,10 +168,11 @@ def built_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 @pytest.fixture(scope="session")
 def _published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Build, http.server.ThreadingHTTPServer]]:
     """The published build and its server, bound first so that its SITE_URL names the
-    address the browser will really use (so its tests share one worker: tests/conftest.py)."""
+    address the browser will really use, under PREFIX as a project's Pages site is
+    (so its tests share one worker: tests/conftest.py)."""
     out = tmp_path_factory.mktemp("site-published")
-    server = _server(out)
-    build = _start_build(out, site_url=f"http://127.0.0.1:{server.server_address[1]}/",
+    server = site_server(out, SubPathHandler)
+    build = _start_build(out, site_url=f"http://127.0.0.1:{server.server_address[1]}{PREFIX}",
                          repo_url=PUBLISHED_REPO_URL)
     try:
         yield build, server
@@ -240,7 +257,7 @@ def serving(server: http.server.ThreadingHTTPServer) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def served_site(built_site: Path) -> Iterator[str]:
-    with serving(_server(built_site)) as url:
+    with serving(site_server(built_site)) as url:
         yield url
 
 

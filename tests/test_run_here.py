@@ -1,9 +1,10 @@
 """Run it here: every example that has Run runs in Chromium and prints what the build recorded.
 
-The local build is served under a sub-path (``/queue_core/``), as a project's
+The sites are served under a sub-path (``/queue_core/``), as a project's
 published site is, so that every URL the pages and the runtime use must be
-relative. For every block with Run: click it, wait, and compare what the
-browser printed with the output the build recorded under the same block.
+relative. For every block with Run, on the published build, in one tab that
+goes from page to page by links as a reader's does: click it, wait, and compare
+what the browser printed with the output the build recorded under the same block.
 Nothing may be requested from another host (when the runtime starts loading,
 and what the box shows, is tests/test_run_box.py's). Editing, an exception, Reset, Stop, and what queue_core does
 without threads are checked on real blocks too. Timings are printed.
@@ -11,21 +12,20 @@ without threads are checked on real blocks too. Timings are printed.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from docs_support.run_here import blocks
-from tests.site_build import ROOT, follow_link, open_page, serving, site_pages
+from tests.site_build import PREFIX, ROOT, SubPathHandler, follow_link, open_page, serving, site_pages, site_server
 
 pytestmark = pytest.mark.timeout(900)
 
-PREFIX = "/queue_core/"
 # What differs for a reason the pages state: temporary folders, and the SQLite
 # of the Python that runs a block (the overview prints it: the build's there,
 # the browser's here, as the page says).
@@ -37,22 +37,9 @@ RUNTIME = ("/assets/pyodide/", "/assets/run/")
 DONE = "box => ['done', 'failed', 'stopped'].includes(box.dataset.state)"
 
 
-class _SubPathHandler(http.server.SimpleHTTPRequestHandler):
-    """The site under PREFIX, as on a project's Pages host; anything else is 404."""
-
-    def translate_path(self, path: str) -> str:
-        if not path.startswith(PREFIX):
-            return str(Path(self.directory) / "__outside_the_site__")
-        return super().translate_path("/" + path[len(PREFIX):])
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-
 @pytest.fixture(scope="module")
 def served_under_prefix(built_site: Path) -> Iterator[str]:
-    handler = functools.partial(_SubPathHandler, directory=str(built_site))
-    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
+    with serving(site_server(built_site, SubPathHandler)) as url:
         yield url + PREFIX[:-1]
 
 
@@ -123,30 +110,68 @@ def test_the_pages_with_run_are_the_ones_their_sources_say(built_site: Path) -> 
     assert built == sorted(_site_path(page) for page in RUN_PAGES)
 
 
+@dataclass
+class ReaderTab:
+    """One browser tab that goes from page to page as a reader's does: opened on the first
+    page, then moved by Material's instant navigation, so that Python, once loaded, stays."""
+
+    browser: Any
+    base: str
+    page: Any = None
+    context: Any = None
+    problems: list[str] = field(default_factory=list)
+    requested: list[str] = field(default_factory=list)
+
+    def visit(self, path: str) -> bool:
+        """Bring the tab to ``path``; True when the tab was opened there (a fresh Python)."""
+        url = self.base + path
+        if self.page is None:
+            self.context, self.page, self.problems, self.requested = open_page(self.browser, url)
+            self.page.evaluate("() => { window.__same_document = true }")
+            return True
+        follow_link(self.page, url)
+        assert self.page.evaluate("() => window.__same_document === true"), f"{path}: reached by a full reload"
+        return False
+
+
+@pytest.fixture(scope="module")
+def reader_tab(browser, served_published: str) -> Iterator[ReaderTab]:
+    tab = ReaderTab(browser, served_published)
+    try:
+        yield tab
+    finally:
+        if tab.context is not None:
+            tab.context.close()
+
+
 @pytest.mark.parametrize("source", RUN_PAGES,
                          ids=[p.relative_to(ROOT / "docs").with_suffix("").as_posix() for p in RUN_PAGES])
-def test_every_block_with_run_prints_what_the_build_recorded(browser, built_site: Path,
-                                                             served_under_prefix: str, source: Path) -> None:
+def test_every_block_with_run_prints_what_the_build_recorded(reader_tab: ReaderTab, published_build,
+                                                             source: Path) -> None:
+    """The published site, under its sub-path: the page the tab opens on loads Python, and
+    every page reached from it by a link runs its blocks in that same Python, as a reader's do."""
     path = _site_path(source)
-    html = (built_site / path.lstrip("/") / "index.html").read_text("utf-8")
+    html = (published_build.out / path.lstrip("/") / "index.html").read_text("utf-8")
     expected = sum(why is None for _, why in blocks(source))
     assert html.count('class="qc-run"') == expected, f"{path}: the build gave Run to other blocks"
+    problems_before = len(reader_tab.problems)
+    fresh = reader_tab.visit(path)
+    page = reader_tab.page
     timings, differs = [], []
-    context, page, problems, requested = open_page(browser, served_under_prefix + path)
-    try:
-        count = page.locator(".qc-run").count()
-        assert count == expected
-        for index in range(count):
-            result = run_block(page, index)
-            where = f"{path} block {index + 1} of {count}"
-            printed, recorded = normalized(str(result["printed"])), normalized(str(result["recorded"]))
-            if result["state"] != "done" or printed != recorded:
-                differs.append(f"{where} ({result['state']}):\n{printed}\n--- recorded:\n{recorded}")
-            timings.append((index, result["loadMs"], result["runMs"]))
-        assert any("pyodide.asm.wasm" in url for url in requested), path
-        assert problems == [], f"{path}: {problems}"
-    finally:
-        context.close()
+    count = page.locator(".qc-run").count()
+    assert count == expected
+    for index in range(count):
+        result = run_block(page, index)
+        where = f"{path} block {index + 1} of {count}"
+        printed, recorded = normalized(str(result["printed"])), normalized(str(result["recorded"]))
+        if result["state"] != "done" or printed != recorded:
+            differs.append(f"{where} ({result['state']}):\n{printed}\n--- recorded:\n{recorded}")
+        timings.append((index, result["loadMs"], result["runMs"]))
+    # Python is loaded once, by the page the tab opened on, and kept by every page after it.
+    loads = [load for _, load, _ in timings]
+    assert (loads[0] > 0 if fresh else loads[0] == 0) and all(load == 0 for load in loads[1:]), (path, loads)
+    assert sum("pyodide.asm.wasm" in url for url in reader_tab.requested) == 1, runtime_requests(reader_tab.requested)
+    assert reader_tab.problems[problems_before:] == [], f"{path}: {reader_tab.problems[problems_before:]}"
     assert differs == [], "\n\n".join(differs)
     print(f"\nrun here: {path}: {len(timings)} blocks printed what the build recorded; ms (load + run): "
           + ", ".join(f"block {i + 1}: {load:.0f} + {run:.0f}" for i, load, run in timings))
@@ -228,30 +253,6 @@ def test_the_run_here_page_says_what_the_browser_really_runs(browser, built_site
         total = sum(f.stat().st_size for f in runtime.iterdir())
         wasm = (runtime / "pyodide.asm.wasm").stat().st_size
         assert f"about {total / 1e6:.1f} MB" in text and f"{wasm / 1e6:.1f} MB of" in text, (total, wasm)
-        assert problems == [], problems
-    finally:
-        context.close()
-
-
-def test_the_runtime_is_kept_across_instant_navigation(browser, served_published: str,
-                                                      published_build) -> None:
-    """Run on one page, follow a link without a reload, Run there: no second runtime load."""
-    site = published_build.out
-    with_run = [p for p in site_pages(site) if 'class="qc-run"' in (site / p.lstrip("/") / "index.html").read_text("utf-8")]
-    start, target = with_run[0], with_run[1]
-    context, page, problems, requested = open_page(browser, served_published + start)
-    try:
-        first = run_block(page, 0)
-        assert first["state"] == "done" and first["loadMs"] > 0
-        page.evaluate("() => { window.__same_document = true }")
-        url = served_published + target
-        follow_link(page, url)
-        page.wait_for_selector(".qc-run .qc-run__bar", timeout=15_000)
-        assert page.evaluate("() => window.__same_document === true"), "reached by a full reload"
-        second = run_block(page, 0)
-        assert second["state"] == "done" and second["loadMs"] == 0, second
-        assert normalized(str(second["printed"])) == normalized(str(second["recorded"]))
-        assert sum("pyodide.asm.wasm" in u for u in requested) == 1, runtime_requests(requested)
         assert problems == [], problems
     finally:
         context.close()
