@@ -213,9 +213,12 @@ SHARES = 4
 @pytest.mark.parametrize("share", range(SHARES))
 def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, served_site: str,
                                                                       built_site: Path, share: int) -> None:
+    """Each page: offline, no error, its diagrams drawn, nothing scrolls sideways, and no serious or
+    critical accessibility violation in either palette (axe-core; the page is loaded once for all)."""
     pages = site_pages(built_site)[share::SHARES]
     assert len(pages) >= 1
     diagrams = drawn = 0
+    inaccessible: dict[str, list[str]] = {}
     for path in pages:
         context, page, problems, requested = open_page(browser, served_site + path)
         try:
@@ -238,16 +241,18 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
             # ... and no table either (or the page itself)
             tables_sideways = page.evaluate(TABLES_SIDEWAYS)
             assert tables_sideways == [], f"{path}: tables scroll sideways: {tables_sideways}"
+            inaccessible.update(accessibility_violations(page, path))
         finally:
             context.close()
+    assert inaccessible == {}, f"accessibility violations: {inaccessible}"
     print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG, "
-          f"mermaid downloaded by those {drawn} pages only")
+          f"mermaid downloaded by those {drawn} pages only; axe found nothing serious in either palette")
 
 
 def test_the_shares_load_every_page_once_with_and_without_diagrams(built_site: Path) -> None:
     pages = site_pages(built_site)
     shares = [path for share in range(SHARES) for path in pages[share::SHARES]]
-    assert sorted(shares) == pages
+    assert sorted(shares) == pages and "/" in pages  # the home page gets every accessibility rule in both palettes
     drawn = [path for path in pages if diagrams_in(html_of(built_site, path))]
     assert 0 < len(drawn) < len(pages), "the site should have pages with and pages without diagrams"
     html = [html_of(built_site, path) for path in pages]
@@ -475,41 +480,22 @@ def axe_or_skip() -> Path:
 # palette is checked with the rules that look at colours, except on the home page,
 # where every rule runs in both (the toggle is the same on every page).
 COLOUR_RULES = ["color-contrast", "link-in-text-block"]
-# The pages are checked in A11Y_SHARES parts, so that pytest-xdist's workers share them.
-A11Y_SHARES = 3
 
 
-@pytest.mark.parametrize("share", range(A11Y_SHARES))
-def test_no_page_has_a_serious_or_critical_accessibility_violation_in_either_palette(
-    browser, served_site: str, built_site: Path, share: int,
-) -> None:
-    axe = axe_or_skip()
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
-    page = context.new_page()
-    found: dict[str, list[str]] = {}
-    try:
-        for path in site_pages(built_site)[share::A11Y_SHARES]:
-            page.emulate_media(color_scheme="light")
-            page.goto(served_site + path, wait_until="networkidle")
-            page.add_script_tag(path=str(axe))
-            for scheme, palette in (("light", "default"), ("dark", "slate")):
-                # The palette follows the system's preference: switch it, and wait until the page has.
-                page.emulate_media(color_scheme=scheme)
-                page.wait_for_function(f"document.body.getAttribute('data-md-color-scheme') === '{palette}'",
-                                       timeout=10_000)
-                rules = COLOUR_RULES if scheme == "dark" and path != "/" else None
-                violations = page.evaluate(RUN_AXE, rules)
-                if violations:
-                    found[f"{path} ({scheme})"] = violations
-    finally:
-        context.close()
-    assert found == {}
-
-
-def test_the_accessibility_shares_check_every_page_once(built_site: Path) -> None:
-    pages = site_pages(built_site)
-    checked = [path for share in range(A11Y_SHARES) for path in pages[share::A11Y_SHARES]]
-    assert sorted(checked) == sorted(pages) and len(checked) == len(pages) and "/" in pages
+def accessibility_violations(page, path: str) -> dict[str, list[str]]:
+    """axe-core's serious and critical violations of the open page, in each palette."""
+    page.add_script_tag(path=str(axe_or_skip()))
+    found = {}
+    for scheme, palette in (("light", "default"), ("dark", "slate")):
+        # The palette follows the system's preference: switch it, and wait until the page has.
+        page.emulate_media(color_scheme=scheme)
+        page.wait_for_function(f"document.body.getAttribute('data-md-color-scheme') === '{palette}'",
+                               timeout=10_000)
+        violations = page.evaluate(RUN_AXE, COLOUR_RULES if scheme == "dark" and path != "/" else None)
+        if violations:
+            found[f"{path} ({scheme})"] = violations
+    page.emulate_media(color_scheme="light")
+    return found
 
 
 def test_the_accessibility_check_finds_what_it_should(browser) -> None:
