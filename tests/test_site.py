@@ -19,9 +19,12 @@ fail on any console error, on any request that leaves this machine, on a
 diagram that is not rendered to SVG, on a page without diagrams that downloads
 mermaid, if instant navigation to a page with diagrams leaves them unrendered,
 if the palette ignores the system's light/dark preference, and if search cannot
-find "generation". They also run axe-core (pinned in tests/browser/package-lock.json)
-on every page of the local build in both palettes, and fail on any serious or
-critical violation. Screenshots land in ``test-artifacts/screenshots/``.
+find "generation". The every-page check loads each page of the local build once
+and, in both palettes, runs axe-core (pinned in tests/browser/package-lock.json;
+the dark palette with the colour rules, save on the home page) and measures every
+diagram (tests/test_diagrams.py); it fails on any serious or critical violation
+and any unreadable diagram. The published build is served under ``/queue_core/``,
+as a project's Pages site is. Screenshots land in ``test-artifacts/screenshots/``.
 
 Where Chromium is missing the browser tests are skipped, except under CI
 (``CI=true``), where a missing browser is a failure: ``.ci/run`` installs it.
@@ -61,6 +64,7 @@ from tests.site_build import (
     mermaid_loads,
     LOCAL_SITE_URL,
 )
+from tests.test_diagrams import PALETTES, diagram_defects, diagram_verdict, set_palette
 
 # Two strict builds and a real browser over every page: on a loaded machine this
 # module's tests take minutes, not the suite's default limit of two.
@@ -213,12 +217,15 @@ SHARES = 4
 @pytest.mark.parametrize("share", range(SHARES))
 def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, served_site: str,
                                                                       built_site: Path, share: int) -> None:
-    """Each page: offline, no error, its diagrams drawn, nothing scrolls sideways, and no serious or
-    critical accessibility violation in either palette (axe-core; the page is loaded once for all)."""
+    """Each page, loaded once for all these: offline, no error, its diagrams drawn, nothing scrolls
+    sideways; then in each palette no serious or critical accessibility violation (axe-core) and
+    every diagram readable (tests/test_diagrams.py measures it)."""
     pages = site_pages(built_site)[share::SHARES]
     assert len(pages) >= 1
     diagrams = drawn = 0
     inaccessible: dict[str, list[str]] = {}
+    measured: dict[tuple[str, int, str], list[dict]] = {}
+    axe = axe_or_skip()
     for path in pages:
         context, page, problems, requested = open_page(browser, served_site + path)
         try:
@@ -228,6 +235,7 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                 wait_for_diagrams(page, expected)
                 assert page.locator("pre.mermaid").count() == 0, f"{path}: a diagram stayed raw text"
                 assert len(mermaid_loads(requested)) == 1, f"{path}: mermaid loaded {mermaid_loads(requested)}"
+                page.evaluate("document.fonts.ready.then(() => true)")
                 diagrams += expected
                 drawn += 1
             else:
@@ -241,12 +249,22 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
             # ... and no table either (or the page itself)
             tables_sideways = page.evaluate(TABLES_SIDEWAYS)
             assert tables_sideways == [], f"{path}: tables scroll sideways: {tables_sideways}"
-            inaccessible.update(accessibility_violations(page, path))
+            page.add_script_tag(path=str(axe))
+            for scheme, palette in PALETTES:
+                set_palette(page, scheme, palette)
+                violations = page.evaluate(RUN_AXE, COLOUR_RULES if scheme == "dark" and path != "/" else None)
+                if violations:
+                    inaccessible[f"{path} ({scheme})"] = violations
+                if expected:
+                    measured.update(diagram_defects(page, path, expected, scheme))
+            assert problems == [], f"{path}: {problems}"
         finally:
             context.close()
     assert inaccessible == {}, f"accessibility violations: {inaccessible}"
-    print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG, "
-          f"mermaid downloaded by those {drawn} pages only; axe found nothing serious in either palette")
+    unreadable = diagram_verdict(measured, f"{share + 1}-of-{SHARES}")
+    assert unreadable == [], "\n".join(unreadable)
+    print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG and "
+          f"measured in both palettes, mermaid downloaded by those {drawn} pages only; axe found nothing serious")
 
 
 def test_the_shares_load_every_page_once_with_and_without_diagrams(built_site: Path) -> None:
@@ -480,22 +498,6 @@ def axe_or_skip() -> Path:
 # palette is checked with the rules that look at colours, except on the home page,
 # where every rule runs in both (the toggle is the same on every page).
 COLOUR_RULES = ["color-contrast", "link-in-text-block"]
-
-
-def accessibility_violations(page, path: str) -> dict[str, list[str]]:
-    """axe-core's serious and critical violations of the open page, in each palette."""
-    page.add_script_tag(path=str(axe_or_skip()))
-    found = {}
-    for scheme, palette in (("light", "default"), ("dark", "slate")):
-        # The palette follows the system's preference: switch it, and wait until the page has.
-        page.emulate_media(color_scheme=scheme)
-        page.wait_for_function(f"document.body.getAttribute('data-md-color-scheme') === '{palette}'",
-                               timeout=10_000)
-        violations = page.evaluate(RUN_AXE, COLOUR_RULES if scheme == "dark" and path != "/" else None)
-        if violations:
-            found[f"{path} ({scheme})"] = violations
-    page.emulate_media(color_scheme="light")
-    return found
 
 
 def test_the_accessibility_check_finds_what_it_should(browser) -> None:
