@@ -50,7 +50,9 @@ $(PYODIDE): site_runtime/package.json site_runtime/package-lock.json
 
 # The tests run on WORKERS processes (pytest-xdist; tests that share an expensive
 # fixture stay on one worker: tests/conftest.py). WORKERS=0 runs them in this one.
-WORKERS ?= auto
+# One more than the CPUs: many tests wait (for a lease to end, a timeout, a page to
+# settle), and a third worker uses that time on a machine of two.
+WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
 XDIST   := -n $(WORKERS) --dist loadgroup
 
 test: $(VENV)/.test-installed $(AXE) $(PYODIDE)
