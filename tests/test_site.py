@@ -211,7 +211,7 @@ def test_published_build_names_its_host_and_repository(published_build: Build) -
 
 
 # The pages are loaded in SHARES parts, so that pytest-xdist's workers share them.
-SHARES = 4
+SHARES = 6
 
 
 @pytest.mark.parametrize("share", range(SHARES))
@@ -219,12 +219,14 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                                                                       built_site: Path, share: int) -> None:
     """Each page, loaded once for all these: offline, no error, its diagrams drawn, nothing scrolls
     sideways; then in each palette no serious or critical accessibility violation (axe-core) and
-    every diagram readable (tests/test_diagrams.py measures it)."""
+    every diagram readable (tests/test_diagrams.py measures it); last, the copy buttons of its
+    shortened programs copy the whole program."""
     pages = site_pages(built_site)[share::SHARES]
     assert len(pages) >= 1
     diagrams = drawn = 0
     inaccessible: dict[str, list[str]] = {}
     measured: dict[tuple[str, int, str], list[dict]] = {}
+    copied = 0
     axe = axe_or_skip()
     for path in pages:
         context, page, problems, requested = open_page(browser, served_site + path)
@@ -257,6 +259,7 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                     inaccessible[f"{path} ({scheme})"] = violations
                 if expected:
                     measured.update(diagram_defects(page, path, expected, scheme))
+            copied += copy_buttons_copy_whole_programs(page, path, html_of(built_site, path), served_site)
             assert problems == [], f"{path}: {problems}"
         finally:
             context.close()
@@ -264,7 +267,8 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
     unreadable = diagram_verdict(measured, f"{share + 1}-of-{SHARES}")
     assert unreadable == [], "\n".join(unreadable)
     print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG and "
-          f"measured in both palettes, mermaid downloaded by those {drawn} pages only; axe found nothing serious")
+          f"measured in both palettes, mermaid downloaded by those {drawn} pages only; axe found nothing serious; "
+          f"{copied} shortened programs copied whole")
 
 
 def test_the_shares_load_every_page_once_with_and_without_diagrams(built_site: Path) -> None:
@@ -428,53 +432,54 @@ REVEAL = """el => {
 }"""
 
 
-def test_the_copy_button_of_a_shortened_program_copies_the_whole_program(browser, served_site: str,
-                                                                      built_site: Path) -> None:
-    """A program over 60 lines shows its marked lines; their copy button copies the program that runs."""
-    long_programs = {p.name: HOOKS.published(p).decode("utf-8") for p in sorted((ROOT / "snippets").glob("*.py"))
-                     if HOOKS.shown_lines(p) is not None}
-    checked = 0
-    for path in site_pages(built_site):
-        titles = re.findall(r'<span class="filename">([\w.-]+\.py), lines \d+-\d+ of \d+ \(the copy button copies',
-                            html_of(built_site, path))
-        if not titles:
-            continue
-        context, page, problems, _ = open_page(browser, served_site + path)
-        try:
-            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served_site)
-            for name in titles:
-                block = page.locator("div.highlight", has=page.locator(
-                    "span.filename", has_text=re.compile(rf"^{re.escape(name)}, lines "))).first
-                block.evaluate(REVEAL)  # a program in a folded solution or another tab
-                shown = block.locator("td.code code").text_content() or ""
-                block.hover()
-                page.evaluate("navigator.clipboard.writeText('')")
-                block.locator("button[data-md-type=copy]").click()  # Material's copy button
-                page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
-                                       polling=100, timeout=10_000)
-                copied = page.evaluate("navigator.clipboard.readText()")
-                # Material trims the end of what it copies
-                assert copied == long_programs[name].rstrip(), f"{path}: {name}: the copy is not the program"
-                compile(copied, name, "exec")
-                # Negative control: the lines shown are a fragment, and a fragment is what the button
-                # copied before; the check above tells them apart.
-                assert shown.strip() != copied and shown.strip() in copied, name
-                checked += 1
-            # and the button of an ordinary code block still copies what that block shows
-            plain = page.locator("div.highlight:not(:has(span.filename)):not(:has(.gp)):visible",
-                                 has=page.locator("pre > code")).first
-            if plain.count():
-                text = plain.locator("pre > code").first.inner_text()
-                plain.hover()
-                page.evaluate("navigator.clipboard.writeText('')")
-                plain.locator("button[data-md-type=copy]").first.click()
-                page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
-                                       polling=100, timeout=10_000)
-                assert page.evaluate("navigator.clipboard.readText()") == text.rstrip(), path
-            assert problems == []
-        finally:
-            context.close()
-    assert checked >= len(long_programs), (checked, sorted(long_programs))
+# The programs over 60 lines that a page shows by their marked lines: {file name: the whole program}.
+LONG_PROGRAMS = {p.name: HOOKS.published(p).decode("utf-8") for p in sorted((ROOT / "snippets").glob("*.py"))
+                 if HOOKS.shown_lines(p) is not None}
+SHORTENED = re.compile(r'<span class="filename">([\w.-]+\.py), lines \d+-\d+ of \d+ \(the copy button copies')
+
+
+def copy_buttons_copy_whole_programs(page, path: str, html: str, origin: str) -> int:
+    """On the open page, a shortened program's copy button copies the whole program, and an
+    ordinary block's button what it shows; how many shortened programs were checked."""
+    titles = SHORTENED.findall(html)
+    if not titles:
+        return 0
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=origin)
+    for name in titles:
+        block = page.locator("div.highlight", has=page.locator(
+            "span.filename", has_text=re.compile(rf"^{re.escape(name)}, lines "))).first
+        block.evaluate(REVEAL)  # a program in a folded solution or another tab
+        shown = block.locator("td.code code").text_content() or ""
+        block.hover()
+        page.evaluate("navigator.clipboard.writeText('')")
+        block.locator("button[data-md-type=copy]").click()  # Material's copy button
+        page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
+                               polling=100, timeout=10_000)
+        copied = page.evaluate("navigator.clipboard.readText()")
+        # Material trims the end of what it copies
+        assert copied == LONG_PROGRAMS[name].rstrip(), f"{path}: {name}: the copy is not the program"
+        compile(copied, name, "exec")
+        # Negative control: the lines shown are a fragment, and a fragment is what the button
+        # copied before; the check above tells them apart.
+        assert shown.strip() != copied and shown.strip() in copied, name
+    # and the button of an ordinary code block still copies what that block shows
+    plain = page.locator("div.highlight:not(:has(span.filename)):not(:has(.gp)):visible",
+                         has=page.locator("pre > code")).first
+    if plain.count():
+        text = plain.locator("pre > code").first.inner_text()
+        plain.hover()
+        page.evaluate("navigator.clipboard.writeText('')")
+        plain.locator("button[data-md-type=copy]").first.click()
+        page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
+                               polling=100, timeout=10_000)
+        assert page.evaluate("navigator.clipboard.readText()") == text.rstrip(), path
+    return len(titles)
+
+
+def test_every_shortened_program_is_shown_on_a_page(built_site: Path) -> None:
+    """The every-page check presses the copy button of each; here, that each is on some page."""
+    shown = {name for path in site_pages(built_site) for name in SHORTENED.findall(html_of(built_site, path))}
+    assert LONG_PROGRAMS and shown == set(LONG_PROGRAMS), (sorted(shown), sorted(LONG_PROGRAMS))
 
 
 def test_a_fragment_of_a_shortened_program_would_not_run() -> None:
