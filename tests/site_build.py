@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
@@ -126,9 +127,23 @@ class SubPathHandler(_QuietHandler):
         return super().translate_path("/" + path[len(PREFIX):])
 
 
-def site_server(directory: Path, handler_class: type[_QuietHandler] = _QuietHandler) -> http.server.ThreadingHTTPServer:
+class SiteServer(http.server.ThreadingHTTPServer):
+    """A test server of a built site that says nothing when the browser drops a request.
+
+    Chromium cancels requests it no longer needs (a page left, a prefetch); the
+    standard server then prints the write's BrokenPipeError as a traceback, which
+    reads like a failure in a test log. Any other error is still printed.
+    """
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+
+def site_server(directory: Path, handler_class: type[_QuietHandler] = _QuietHandler) -> SiteServer:
     handler = functools.partial(handler_class, directory=str(directory))
-    return http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    return SiteServer(("127.0.0.1", 0), handler)
 
 
 def _shared_folder(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path | None:

@@ -1,4 +1,5 @@
-"""The suite's workers keep a shared fixture's tests together (tests/conftest.py: xdist_group).
+"""The suite as a tool: its workers keep a shared fixture's tests together (tests/conftest.py:
+xdist_group), and its test servers keep the log clean.
 
 `make test` runs on several pytest-xdist workers with ``--dist loadgroup``. If the
 grouping stops working, nothing fails: each worker silently makes the module's
@@ -8,14 +9,21 @@ two workers and counts how often its module fixture was made.
 """
 from __future__ import annotations
 
+import functools
+import http.server
 import os
+import socket
+import struct
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import xdist_group
+from tests.site_build import SubPathHandler, serving, site_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = "QUEUE_CORE_GROUP_PROBE"  # where the probe's fixture writes one line per making
@@ -59,3 +67,44 @@ def test_the_group_is_the_module_of_the_shared_fixture(request: pytest.FixtureRe
     groups = {item.name: xdist_group(item) for item in own}
     assert {groups[f"test_the_probe_uses_a_module_fixture[{n}]"] for n in range(6)} == {"tests/test_suite_workers.py"}
     assert {groups[f"test_the_probe_has_ungrouped_tests_too[{n}]"] for n in range(6)} == {None}
+
+
+# ------------------------------------------------- the test servers of the site
+
+
+def _drop_requests(server: Any, count: int = 3) -> None:
+    """Ask ``server`` for a big file ``count`` times and reset each connection at once, as a
+    browser that leaves a page does; return when every handler thread has ended."""
+    with serving(server) as url:
+        port = int(url.rsplit(":", 1)[1])
+        for _ in range(count):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+                client.sendall(b"GET /big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                client.recv(1)  # the answer has begun
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = reset
+    # serving() ends with server_close(), which waits for the handler threads
+
+
+@pytest.mark.timeout(60)
+def test_the_site_server_says_nothing_of_a_dropped_request_and_reports_other_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "big.bin").write_bytes(bytes(64 * 1024 * 1024))
+    _drop_requests(site_server(tmp_path))
+    assert "Exception occurred" not in capsys.readouterr().err
+    # Negative control: the standard server prints each dropped request as a traceback.
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    plain.RequestHandlerClass.log_message = lambda *args: None  # type: ignore[method-assign]
+    _drop_requests(plain)
+    err = capsys.readouterr().err
+    assert "Exception occurred during processing of request" in err
+    assert "BrokenPipeError" in err or "ConnectionResetError" in err
+
+    class Failing(SubPathHandler):
+        def do_GET(self) -> None:
+            raise RuntimeError("a handler that fails")
+
+    with serving(site_server(tmp_path, Failing)) as url:
+        with pytest.raises(Exception):
+            urllib.request.urlopen(url + "/big.bin", timeout=10)
+    assert "RuntimeError: a handler that fails" in capsys.readouterr().err  # any other error is still printed
