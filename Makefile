@@ -53,7 +53,8 @@ $(PYODIDE): site_runtime/package.json site_runtime/package-lock.json
 # One more than the CPUs: many tests wait (for a lease to end, a timeout, a page to
 # settle), and a third worker uses that time on a machine of two.
 WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
-XDIST   := -n $(WORKERS) --dist loadgroup
+# (= not :=, so that WORKERS is worked out only by the targets that run tests)
+XDIST    = -n $(WORKERS) --dist loadgroup
 
 test: $(VENV)/.test-installed $(AXE) $(PYODIDE)
 	$(BIN)/python -m mypy

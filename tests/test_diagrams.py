@@ -367,16 +367,16 @@ def diagram_verdict(found: dict[tuple[str, int, str], list[dict]], name: str,
     """Report the diagrams measured (test-artifacts/diagrams-NAME.json); what is wrong with them:
     a defect KNOWN_FAILING does not list, or a listed one that no longer fails."""
     counts = summary(found)
+    measured = {page for page, _, _ in found}
     report = {
         "diagrams": len(found) // len(PALETTES),
         "with a defect": {s: sum(1 for (p, i, sc), d in found.items() if sc == s and d) for s, _ in PALETTES},
         "per kind": {s: dict(c) for s, c in counts.items()},
-        "scroll sideways": sorted(f"{p}#{i}" for p, i in FRAMED if any(p == q for q, _, _ in found)),
+        "scroll sideways": sorted(f"{p}#{i}" for p, i in FRAMED if p in measured),
         "defects": {f"{p}#{i} {s}": d for (p, i, s), d in sorted(found.items()) if d},
     }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"diagrams-{name}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    measured = {page for page, _, _ in found}
     failing = {(p, i, s, d["kind"]) for (p, i, s), defects in found.items() for d in defects}
     wrong = [f"listed as failing but now passes (remove it from KNOWN_FAILING): {known}"
              for known in sorted(KNOWN_FAILING - failing) if known[0] in measured]

@@ -438,6 +438,16 @@ LONG_PROGRAMS = {p.name: HOOKS.published(p).decode("utf-8") for p in sorted((ROO
 SHORTENED = re.compile(r'<span class="filename">([\w.-]+\.py), lines \d+-\d+ of \d+ \(the copy button copies')
 
 
+def copied_by(page, block) -> str:
+    """What the copy button of ``block`` puts on the clipboard, pressed as a reader does."""
+    block.hover()
+    page.evaluate("navigator.clipboard.writeText('')")
+    block.locator("button[data-md-type=copy]").first.click()  # Material's copy button
+    page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
+                           polling=100, timeout=10_000)
+    return str(page.evaluate("navigator.clipboard.readText()"))
+
+
 def copy_buttons_copy_whole_programs(page, path: str, html: str, origin: str) -> int:
     """On the open page, a shortened program's copy button copies the whole program, and an
     ordinary block's button what it shows; how many shortened programs were checked."""
@@ -450,12 +460,7 @@ def copy_buttons_copy_whole_programs(page, path: str, html: str, origin: str) ->
             "span.filename", has_text=re.compile(rf"^{re.escape(name)}, lines "))).first
         block.evaluate(REVEAL)  # a program in a folded solution or another tab
         shown = block.locator("td.code code").text_content() or ""
-        block.hover()
-        page.evaluate("navigator.clipboard.writeText('')")
-        block.locator("button[data-md-type=copy]").click()  # Material's copy button
-        page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
-                               polling=100, timeout=10_000)
-        copied = page.evaluate("navigator.clipboard.readText()")
+        copied = copied_by(page, block)
         # Material trims the end of what it copies
         assert copied == LONG_PROGRAMS[name].rstrip(), f"{path}: {name}: the copy is not the program"
         compile(copied, name, "exec")
@@ -467,12 +472,7 @@ def copy_buttons_copy_whole_programs(page, path: str, html: str, origin: str) ->
                          has=page.locator("pre > code")).first
     if plain.count():
         text = plain.locator("pre > code").first.inner_text()
-        plain.hover()
-        page.evaluate("navigator.clipboard.writeText('')")
-        plain.locator("button[data-md-type=copy]").first.click()
-        page.wait_for_function("async () => (await navigator.clipboard.readText()) !== ''",
-                               polling=100, timeout=10_000)
-        assert page.evaluate("navigator.clipboard.readText()") == text.rstrip(), path
+        assert copied_by(page, plain) == text.rstrip(), path
     return len(titles)
 
 

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -72,7 +71,7 @@ def test_the_group_is_the_module_of_the_shared_fixture(request: pytest.FixtureRe
 # ------------------------------------------------- the test servers of the site
 
 
-def _drop_requests(server: Any, count: int = 3) -> None:
+def _drop_requests(server: http.server.ThreadingHTTPServer, count: int = 3) -> None:
     """Ask ``server`` for a big file ``count`` times and reset each connection at once, as a
     browser that leaves a page does; return when every handler thread has ended."""
     with serving(server) as url:
