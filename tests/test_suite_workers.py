@@ -18,6 +18,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,9 @@ def test_the_group_is_the_module_of_the_shared_fixture(request: pytest.FixtureRe
 def _drop_requests(server: http.server.ThreadingHTTPServer, count: int = 3) -> None:
     """Ask ``server`` for a big file ``count`` times and reset each connection at once, as a
     browser that leaves a page does; return when every handler thread has ended."""
+    # A ThreadingHTTPServer's handler threads are daemons, and server_close() does not wait
+    # for daemons: without this a handler could print its error after the caller has read.
+    server.daemon_threads = False
     with serving(server) as url:
         port = int(url.rsplit(":", 1)[1])
         for _ in range(count):
@@ -91,9 +95,11 @@ def test_the_site_server_says_nothing_of_a_dropped_request_and_reports_other_err
     _drop_requests(site_server(tmp_path))
     assert "Exception occurred" not in capsys.readouterr().err
     # Negative control: the standard server prints each dropped request as a traceback.
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    plain.RequestHandlerClass.log_message = lambda *args: None  # type: ignore[method-assign]
+    class Plain(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Plain, directory=str(tmp_path)))
     _drop_requests(plain)
     err = capsys.readouterr().err
     assert "Exception occurred during processing of request" in err
