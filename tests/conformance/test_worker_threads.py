@@ -20,6 +20,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,8 +190,23 @@ def test_a_stop_with_n_threads_finishes_every_message_in_hand(store: Store, fold
     assert set(effects(store)) == started(folder)
 
 
+@pytest.fixture
+def ctrl_c_delivered() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process while the test runs, as in a terminal.
+
+    A program started in the background by a shell without job control (``make test &``
+    in a script, some CI runners) inherits SIGINT ignored, and ``_thread.interrupt_main``
+    then does nothing: the interruption tests would wait for their time limit.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.timeout(120)
-def test_an_interruption_gives_back_every_thread_s_lease(store: Store, folder: Path) -> None:
+def test_an_interruption_gives_back_every_thread_s_lease(store: Store, folder: Path, ctrl_c_delivered: None) -> None:
     store.enqueue("".join(line(n) for n in range(1, 11)))
 
     def interrupt_with_four_in_hand() -> None:
@@ -211,7 +227,7 @@ def test_an_interruption_gives_back_every_thread_s_lease(store: Store, folder: P
 
 
 @pytest.mark.timeout(120)
-def test_an_interruption_a_thread_dropped_is_sent_again(store: Store, folder: Path) -> None:
+def test_an_interruption_a_thread_dropped_is_sent_again(store: Store, folder: Path, ctrl_c_delivered: None) -> None:
     # Python drops an exception raised in a thread while a finalizer runs there;
     # this slow step drops the first one itself, and still gives its lease back.
     store.enqueue(line(1) + line(2))
