@@ -55,16 +55,24 @@ $(PYODIDE): site_runtime/package.json site_runtime/package-lock.json
 WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
 # (= not :=, so that WORKERS is worked out only by the targets that run tests)
 XDIST    = -n $(WORKERS) --dist loadgroup
+# The tests' temporary files (SQLite files, each worker's PostgreSQL cluster, the site
+# builds) go to memory, /dev/shm, when it has 4 GiB free: the tests make and delete
+# thousands of files, and a disk's file system spends kernel time on each (a PostgreSQL
+# database made and dropped per test costs several times more on a disk). Nothing a test
+# proves depends on a disk: the power cuts and I/O errors have a file system of their own
+# (proof/powerfs.py). `make test TEST_TMPDIR=` keeps the system's temporary folder.
+TEST_TMPDIR ?= $(shell $(PYTHON) -c 'import os, shutil; print("/dev/shm" if os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free >= 4 << 30 else "")')
+IN_TMPDIR    = $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
 test: $(VENV)/.test-installed $(AXE) $(PYODIDE)
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest $(XDIST)
+	$(IN_TMPDIR) $(BIN)/python -m pytest $(XDIST)
 
 # Markers set in tests/conftest.py: `postgres` (needs the throwaway server),
 # `slow` (real browsers, builds, crash and chaos runs, packaging, benchmarks).
 check: $(VENV)/.test-installed
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not postgres"
+	$(IN_TMPDIR) $(BIN)/python -m pytest -q $(XDIST) -m "not slow and not postgres"
 
 site: $(VENV)/.docs-installed $(PYODIDE)
 	$(BIN)/python -m mkdocs build --strict --site-dir site
