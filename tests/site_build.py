@@ -305,10 +305,17 @@ def browser():
             instance.close()
 
 
-def open_page(browser, url: str, *, color_scheme: str = "light"):
-    """Open ``url``; collect console errors, any request that leaves 127.0.0.1, and every URL requested."""
+def open_page(browser, url: str, *, color_scheme: str = "light", python_in_view: bool = True):
+    """Open ``url``; collect console errors, any request that leaves 127.0.0.1, and every URL requested.
+
+    ``python_in_view=False``: Python loads only when Run is pointed at, focused or pressed, not
+    when a Run block comes into view (run-here.js, ``qcRunBox.loadInView``): for a check of the
+    page itself, to which starting Python in the background adds seconds of CPU and nothing else.
+    """
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=color_scheme)
     context.add_init_script(OPEN_SHADOW_ROOTS)
+    if not python_in_view:
+        context.add_init_script("window.qcRunBox = Object.assign(window.qcRunBox || {}, {loadInView: false});")
     page = context.new_page()
     problems: list[str] = []
     requested: list[str] = []

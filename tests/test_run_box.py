@@ -245,3 +245,15 @@ def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_
         assert problems == [], problems
     finally:
         context.close()
+    # With qcRunBox.loadInView false (the every-page check's setting), a Run block in view
+    # loads nothing; pointing at Run still does.
+    context, page, problems, requested = open_page(browser, served_site + PAGE, python_in_view=False)
+    try:
+        page.locator(".qc-run").first.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)  # the observer would have fired: above, scrolling alone loads it
+        assert runtime(requested) == []
+        with page.expect_request(lambda request: request.url.endswith("/pyodide.asm.wasm"), timeout=30_000):
+            page.locator(".qc-run__bar button", has_text="Run").first.hover()
+        assert problems == [], problems
+    finally:
+        context.close()

@@ -229,7 +229,7 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
     copied = 0
     axe = axe_or_skip()
     for path in pages:
-        context, page, problems, requested = open_page(browser, served_site + path)
+        context, page, problems, requested = open_page(browser, served_site + path, python_in_view=False)
         try:
             expected = page.locator("pre.mermaid, div.mermaid").count()
             assert expected == diagrams_in(html_of(built_site, path)), f"{path}: diagrams in the browser and the file"
@@ -261,6 +261,9 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                     measured.update(diagram_defects(page, path, expected, scheme))
             copied += copy_buttons_copy_whole_programs(page, path, html_of(built_site, path), served_site)
             assert problems == [], f"{path}: {problems}"
+            # These checks are of the page: Python stayed unloaded (tests/test_run_box.py shows
+            # that by default it starts loading when a Run block comes into view).
+            assert [url for url in requested if url.endswith("/pyodide.asm.wasm")] == [], path
         finally:
             context.close()
     assert inaccessible == {}, f"accessibility violations: {inaccessible}"

@@ -13,6 +13,10 @@
 //
 // window.qcRunBox.slowAfterMs (default 10 s) is when a run says it is taking
 // long and offers Stop; the browser tests set it shorter.
+// window.qcRunBox.loadInView (default true): false leaves Python unloaded until
+// the reader points at, focuses or presses Run; the browser tests that check
+// every page (not Python) set it, as a page embedding the site on a slow
+// machine might.
 (function () {
   "use strict";
   const script = document.currentScript;
@@ -20,6 +24,7 @@
   const explainUrl = new URL("../../run-here/", script.src);
   const settings = (window.qcRunBox = window.qcRunBox || {});
   if (settings.slowAfterMs === undefined) settings.slowAfterMs = 10_000;
+  if (settings.loadInView === undefined) settings.loadInView = true;
   const STOP_SAYS = "Stop restarts Python for every block on this page (a few seconds)";
 
   let worker = null;
@@ -305,7 +310,7 @@
     boxes.forEach(setUp);
     if (watching !== null) watching.disconnect();
     watching = null;
-    if (ready || boxes.length === 0 || !("IntersectionObserver" in window)) return;
+    if (ready || boxes.length === 0 || !settings.loadInView || !("IntersectionObserver" in window)) return;
     // Python starts loading when the first Run block comes into view.
     watching = new IntersectionObserver((entries) => {
       if (!entries.some((entry) => entry.isIntersecting)) return;
