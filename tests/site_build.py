@@ -108,7 +108,9 @@ def _start_build(out: Path, *, site_url: str | None, repo_url: str | None) -> Bu
     return Build(out, process, log, site_url or LOCAL_SITE_URL, repo_url)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves a folder without a log line per request."""
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
 
@@ -116,9 +118,11 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 # A project's published site lives under a sub-path (https://owner.github.io/queue_core/),
 # so every URL its pages and the runtime use must be relative.
 PREFIX = "/queue_core/"
+# The runtime's WebAssembly: a request for it is how a test sees that Python started loading.
+PYODIDE_WASM = "/pyodide.asm.wasm"
 
 
-class SubPathHandler(_QuietHandler):
+class SubPathHandler(QuietHandler):
     """The site under PREFIX, as on a project's Pages host; anything else is 404."""
 
     def translate_path(self, path: str) -> str:
@@ -141,7 +145,7 @@ class SiteServer(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def site_server(directory: Path, handler_class: type[_QuietHandler] = _QuietHandler) -> SiteServer:
+def site_server(directory: Path, handler_class: type[QuietHandler] = QuietHandler) -> SiteServer:
     handler = functools.partial(handler_class, directory=str(directory))
     return SiteServer(("127.0.0.1", 0), handler)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.site_build import open_page
+from tests.site_build import PYODIDE_WASM, open_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -69,6 +69,11 @@ def run(page, box, timeout_ms: int = LONG) -> str:
     box.locator("button", has_text="Run").click()
     page.wait_for_function(DONE, arg=box.element_handle(), timeout=timeout_ms)
     return str(box.locator(".qc-run__output").text_content())
+
+
+def python_requested(page):
+    """Waits (up to 30 s) for the page to request Python's WebAssembly: Python has started loading."""
+    return page.expect_request(lambda request: request.url.endswith(PYODIDE_WASM), timeout=30_000)
 
 
 def state(box) -> str:
@@ -229,7 +234,7 @@ def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_
         assert page.evaluate("() => document.querySelector('.qc-run__bar').getBoundingClientRect().top"
                              " > innerHeight")
         assert runtime(requested) == []
-        with page.expect_request(lambda request: request.url.endswith("/pyodide.asm.wasm"), timeout=30_000):
+        with python_requested(page):
             page.locator(".qc-run").first.scroll_into_view_if_needed()
         assert problems == [], problems
     finally:
@@ -238,7 +243,7 @@ def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_
     context, page, problems, requested = open_page(browser, served_site + PAGE)
     try:
         assert runtime(requested) == []
-        with page.expect_request(lambda request: request.url.endswith("/pyodide.asm.wasm"), timeout=30_000):
+        with python_requested(page):
             page.evaluate("() => document.querySelector('.qc-run__bar button').focus({preventScroll: true})")
         assert page.evaluate("() => document.querySelector('.qc-run__bar').getBoundingClientRect().top"
                              " > innerHeight")
@@ -252,7 +257,7 @@ def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_
         page.locator(".qc-run").first.scroll_into_view_if_needed()
         page.wait_for_timeout(1000)  # the observer would have fired: above, scrolling alone loads it
         assert runtime(requested) == []
-        with page.expect_request(lambda request: request.url.endswith("/pyodide.asm.wasm"), timeout=30_000):
+        with python_requested(page):
             page.locator(".qc-run__bar button", has_text="Run").first.hover()
         assert problems == [], problems
     finally:

@@ -18,12 +18,11 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import xdist_group
-from tests.site_build import SubPathHandler, serving, site_server
+from tests.site_build import QuietHandler, SubPathHandler, serving, site_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = "QUEUE_CORE_GROUP_PROBE"  # where the probe's fixture writes one line per making
@@ -95,11 +94,7 @@ def test_the_site_server_says_nothing_of_a_dropped_request_and_reports_other_err
     _drop_requests(site_server(tmp_path))
     assert "Exception occurred" not in capsys.readouterr().err
     # Negative control: the standard server prints each dropped request as a traceback.
-    class Plain(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Plain, directory=str(tmp_path)))
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(tmp_path)))
     _drop_requests(plain)
     err = capsys.readouterr().err
     assert "Exception occurred during processing of request" in err
