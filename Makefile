@@ -55,7 +55,9 @@ $(PYODIDE): site_runtime/package.json site_runtime/package-lock.json
 # 499 s, 4 workers 480 s for the same make test).
 WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 2)')
 # (= not :=, so that WORKERS is worked out only by the targets that run tests)
-XDIST    = -n $(WORKERS) --dist loadgroup
+# --no-loadscope-reorder: the workers take the tests in the order tests/conftest.py gives them
+# (start_order: the long ones first), not pytest-xdist's order of the biggest groups first.
+XDIST    = -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 # The tests' temporary files (SQLite files, each worker's PostgreSQL cluster, the site
 # builds) go to memory, /dev/shm, when it has 4 GiB free: the tests make and delete
 # thousands of files, and a disk's file system spends kernel time on each (a PostgreSQL

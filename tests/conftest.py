@@ -123,3 +123,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         file = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
         if file.removesuffix(".py") in SLOW_MODULES or file in SLOW_PAGES:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=start_order)
+
+
+def start_order(item: pytest.Item) -> tuple[bool, bool]:
+    """The slow tests first, then the other PostgreSQL tests, then the rest (a stable sort: each
+    file keeps its order).
+
+    With ``--no-loadscope-reorder`` (the Makefile's XDIST) pytest-xdist hands out the tests in this
+    order, a group or a test at a time to whichever worker is free; so the browser checks, builds
+    and proof runs start early and the many short tests fill the end. In collection order a page
+    check of a minute could start last and run alone while the other workers had finished.
+    """
+    return item.get_closest_marker("slow") is None, item.get_closest_marker("postgres") is None

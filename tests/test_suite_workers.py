@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import xdist_group
+from tests.conftest import start_order, xdist_group
 from tests.site_build import QuietHandler, SubPathHandler, serving, site_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +66,14 @@ def test_the_group_is_the_module_of_the_shared_fixture(request: pytest.FixtureRe
     groups = {item.name: xdist_group(item) for item in own}
     assert {groups[f"test_the_probe_uses_a_module_fixture[{n}]"] for n in range(6)} == {"tests/test_suite_workers.py"}
     assert {groups[f"test_the_probe_has_ungrouped_tests_too[{n}]"] for n in range(6)} == {None}
+
+
+def test_the_long_tests_are_handed_out_first(request: pytest.FixtureRequest) -> None:
+    """The run's tests are in start order (slow, then PostgreSQL, then the rest), and the Makefile
+    keeps pytest-xdist from putting the biggest groups first instead."""
+    order = [start_order(item) for item in request.session.items]
+    assert order == sorted(order)
+    assert "--no-loadscope-reorder" in (ROOT / "Makefile").read_text(encoding="utf-8")
 
 
 # ------------------------------------------------- the test servers of the site
