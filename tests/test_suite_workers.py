@@ -76,6 +76,16 @@ def test_the_long_tests_are_handed_out_first(request: pytest.FixtureRequest) -> 
     assert "--no-loadscope-reorder" in (ROOT / "Makefile").read_text(encoding="utf-8")
 
 
+def test_make_lets_python_keep_its_compiled_modules() -> None:
+    """A recipe of the Makefile does not see PYTHONDONTWRITEBYTECODE even where the environment sets
+    it, so the thousands of Python processes of a run do not each compile the project again."""
+    shown = subprocess.run(
+        ["make", "-s", "--eval", 'show-pyc:; @echo "$${PYTHONDONTWRITEBYTECODE-unset}"', "show-pyc"],
+        cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == "unset\n"
+
+
 # ------------------------------------------------- the test servers of the site
 
 
