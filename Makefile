@@ -21,8 +21,7 @@ export NO_MKDOCS_2_WARNING := 1
 # Python keeps the modules it compiles (__pycache__/, ignored by git), even where the
 # environment says not to (PYTHONDONTWRITEBYTECODE, set on some CI machines): the tests
 # start thousands of Python processes, and each would compile the project's modules
-# again (measured: a `python -m queue_core ... status` 150 ms without its cache, 114 ms
-# with it; pytest would also rewrite every test module's asserts again in each worker).
+# again (and each pytest worker rewrite every test module's asserts again).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: test check docs-test serve live site bench clean
@@ -57,8 +56,7 @@ $(PYODIDE): site_runtime/package.json site_runtime/package-lock.json
 # The tests run on WORKERS processes (pytest-xdist; tests that share an expensive
 # fixture stay on one worker: tests/conftest.py). WORKERS=0 runs them in this one.
 # Two more than the CPUs: many tests wait (for a lease to end, a timeout, a page to
-# settle), and the extra workers use that time (on two CPUs, measured: 3 workers
-# 499 s, 4 workers 480 s for the same make test).
+# settle), and the extra workers use that time.
 WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 2)')
 # (= not :=, so that WORKERS is worked out only by the targets that run tests)
 # --no-loadscope-reorder: the workers take the tests in the order tests/conftest.py gives them

@@ -122,6 +122,12 @@ PREFIX = "/queue_core/"
 PYODIDE_WASM = "/pyodide.asm.wasm"
 
 
+def python_requests(requested: list[str]) -> list[str]:
+    """The requests, of those ``open_page`` collected, for Python's runtime (Pyodide and the
+    queue_core package it imports): none means the page never started loading Python."""
+    return [url for url in requested if "/assets/pyodide/" in url or "/assets/run/" in url]
+
+
 class SubPathHandler(QuietHandler):
     """The site under PREFIX, as on a project's Pages host; anything else is 404."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.site_build import PYODIDE_WASM, open_page
+from tests.site_build import PYODIDE_WASM, open_page, python_requests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -225,15 +225,12 @@ def test_a_long_run_says_so_stop_ends_it_only_and_a_queued_run_waits(browser, se
 
 
 def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_site: str) -> None:
-    def runtime(requested: list[str]) -> list[str]:
-        return [url for url in requested if "/assets/pyodide/" in url or "/assets/run/" in url]
-
     context, page, problems, requested = open_page(browser, served_site + PAGE)
     try:
         # Negative control: the page has loaded, no Run block is in view, nothing of Python loaded.
         assert page.evaluate("() => document.querySelector('.qc-run__bar').getBoundingClientRect().top"
                              " > innerHeight")
-        assert runtime(requested) == []
+        assert python_requests(requested) == []
         with python_requested(page):
             page.locator(".qc-run").first.scroll_into_view_if_needed()
         assert problems == [], problems
@@ -242,7 +239,7 @@ def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_
     # Focus on Run (a keyboard reader) starts it too, with the block still out of view.
     context, page, problems, requested = open_page(browser, served_site + PAGE)
     try:
-        assert runtime(requested) == []
+        assert python_requests(requested) == []
         with python_requested(page):
             page.evaluate("() => document.querySelector('.qc-run__bar button').focus({preventScroll: true})")
         assert page.evaluate("() => document.querySelector('.qc-run__bar').getBoundingClientRect().top"
@@ -256,7 +253,7 @@ def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_
     try:
         page.locator(".qc-run").first.scroll_into_view_if_needed()
         page.wait_for_timeout(1000)  # the observer would have fired: above, scrolling alone loads it
-        assert runtime(requested) == []
+        assert python_requests(requested) == []
         with python_requested(page):
             page.locator(".qc-run__bar button", has_text="Run").first.hover()
         assert problems == [], problems

@@ -44,7 +44,6 @@ import pytest
 
 from tests.site_build import (
     ROOT,
-    PYODIDE_WASM,
     ARTIFACTS,
     AXE,
     RUN_AXE,
@@ -60,6 +59,7 @@ from tests.site_build import (
     sitemap_urls,
     diagrams_in,
     open_page,
+    python_requests,
     SIDEWAYS,
     wait_for_diagrams,
     mermaid_loads,
@@ -264,7 +264,7 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
             assert problems == [], f"{path}: {problems}"
             # These checks are of the page: Python stayed unloaded (tests/test_run_box.py shows
             # that by default it starts loading when a Run block comes into view).
-            assert [url for url in requested if url.endswith(PYODIDE_WASM)] == [], path
+            assert python_requests(requested) == [], path
         finally:
             context.close()
     assert inaccessible == {}, f"accessibility violations: {inaccessible}"

@@ -68,22 +68,28 @@ def test_the_group_is_the_module_of_the_shared_fixture(request: pytest.FixtureRe
     assert {groups[f"test_the_probe_has_ungrouped_tests_too[{n}]"] for n in range(6)} == {None}
 
 
+def make_echo(shell_words: str, **environment: str) -> str:
+    """What a recipe of the Makefile echoes (``shell_words`` after make expanded its variables),
+    run with ``environment`` added to this process's."""
+    shown = subprocess.run(
+        ["make", "-s", "--eval", f"make-echo:; @echo {shell_words}", "make-echo", "WORKERS=2"],
+        cwd=ROOT, env={**os.environ, **environment}, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout.strip()
+
+
 def test_the_long_tests_are_handed_out_first(request: pytest.FixtureRequest) -> None:
-    """The run's tests are in start order (slow, then PostgreSQL, then the rest), and the Makefile
-    keeps pytest-xdist from putting the biggest groups first instead."""
+    """The run's tests are in start order (slow, then PostgreSQL, then the rest), and the Makefile's
+    pytest-xdist options keep that order instead of putting the biggest groups first."""
     order = [start_order(item) for item in request.session.items]
     assert order == sorted(order)
-    assert "--no-loadscope-reorder" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "--no-loadscope-reorder" in make_echo('"$(XDIST)"').split()
 
 
 def test_make_lets_python_keep_its_compiled_modules() -> None:
     """A recipe of the Makefile does not see PYTHONDONTWRITEBYTECODE even where the environment sets
     it, so the thousands of Python processes of a run do not each compile the project again."""
-    shown = subprocess.run(
-        ["make", "-s", "--eval", 'show-pyc:; @echo "$${PYTHONDONTWRITEBYTECODE-unset}"', "show-pyc"],
-        cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0, shown.stderr
-    assert shown.stdout == "unset\n"
+    assert make_echo('"$${PYTHONDONTWRITEBYTECODE-unset}"', PYTHONDONTWRITEBYTECODE="1") == "unset"
 
 
 # ------------------------------------------------- the test servers of the site
