@@ -14,7 +14,7 @@ from typing import Final
 from .errors import NotDead, UnknownEvent
 from .rules import LEASE_EXPIRED, check_count
 from .scope import Scope
-from .transactions import Transactions, Tx
+from .transactions import Transactions, Tx, dooms_on_failure
 from .values import Claimed, Lease, Message, new_lease_token
 
 # Dead messages redrive_all gives a new cycle per transaction (and statement).
@@ -42,6 +42,7 @@ class Claiming:
         lease_seconds = self._scope.lease_seconds_for(lease_seconds)
         return self._runner._write("claim", lambda tx: self.claim_tx(tx, lease_seconds))
 
+    @dooms_on_failure
     def claim_tx(
         self, tx: Tx, lease_seconds: int | None = None
     ) -> Lease | None:
@@ -131,6 +132,7 @@ class Claiming:
         lease_seconds = self._scope.lease_seconds_for(lease_seconds)
         return self._runner._alone(lambda tx: self.claim_messages_tx(tx, count, lease_seconds))
 
+    @dooms_on_failure
     def claim_messages_tx(
         self, tx: Tx, count: int, lease_seconds: int | None = None
     ) -> list[Claimed]:
@@ -158,6 +160,7 @@ class Claiming:
             "claim_many", lambda tx: self.claim_many_tx(tx, count, lease_seconds)
         )
 
+    @dooms_on_failure
     def claim_many_tx(
         self, tx: Tx, count: int, lease_seconds: int | None = None
     ) -> list[Lease]:
@@ -184,6 +187,7 @@ class Claiming:
         ids = list(dict.fromkeys(event_ids))  # the same id twice is one request
         return self._runner._write("redrive", lambda tx: self.redrive_tx(tx, ids))
 
+    @dooms_on_failure
     def redrive_tx(self, tx: Tx, event_ids: Iterable[str]) -> list[str]:
         """Reset ``attempts`` and make dead messages available now.
 
@@ -191,8 +195,9 @@ class Claiming:
         cycle still cannot complete. Any id that is not dead rejects them all.
         """
         now = tx.now()
-        done: list[str] = []
-        for event_id in event_ids:
+        ids = list(dict.fromkeys(event_ids))  # the same id twice is one request
+        # every id is checked before the first is written: a refusal writes nothing
+        for event_id in ids:
             state = tx.ops.state(tx.conn, self._scope.queue, event_id)
             self._scope.at("redrive.after_read")
             if state is None:
@@ -201,10 +206,10 @@ class Claiming:
                 raise NotDead(
                     f"{event_id} is {state}; only dead messages can be redriven"
                 )
+        for event_id in ids:
             tx.ops.redrive(tx.conn, self._scope.queue, event_id, now)
             self._scope.at("redrive.after_update")
-            done.append(event_id)
-        return done
+        return ids
 
     def redrive_all(self, code: str | None = None) -> list[str]:
         """Give every dead message (of one error ``code``) a new cycle; returns the ids.
@@ -231,6 +236,7 @@ class Claiming:
             done += chunk
             after = chunk[-1]
 
+    @dooms_on_failure
     def redrive_all_tx(self, tx: Tx, code: str | None = None) -> list[str]:
         """``redrive_all`` inside the caller's transaction (all of it in that one)."""
         check_error_code(code)

@@ -227,7 +227,7 @@ class Recorder:
 
 
 def record_receipt(tx: Tx) -> receipts.Recorded:
-    return receipts.record(tx, "north", "op-1", {"amount_cents": 10000}, lambda: "E0001")
+    return receipts.record(tx, "north", "op-1", {"amount_cents": 10000}, lambda: "E0001", scope="checkout")
 
 
 def test_the_statements_on_the_page_are_what_a_real_server_receives(
@@ -311,7 +311,7 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
     assert POSTGRESQL.sql("lease_locked").endswith(" FOR UPDATE")
     assert any(sql == POSTGRESQL.sql("lease_locked") for sql, _ in real["complete"])
     assert real["now"] == [(POSTGRESQL.sql("server_time"), ())]
-    assert real["receipt"][0] == (POSTGRESQL.sql("receipt_turn"), {"tenant": "north", "operation": "op-1"})
+    assert real["receipt"][0] == (POSTGRESQL.sql("receipt_turn"), {"scope": "checkout", "tenant": "north", "operation": "op-1"})
 
 
 # ---------------------------------------------------- enqueues take turns
