@@ -120,6 +120,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a claim takes the oldest available message, not the one of the highest priority",
     ),
     Mutation(
+        "batch_order_ignores_priority", "queue_core/claims.py",
+        (("    return -message.priority, message.available_at, message.event_id",
+          "    return 0, message.available_at, message.event_id"),),
+        "a batch comes back, and is completed, oldest first, not in the claim order",
+    ),
+    Mutation(
         "claim_ignores_queue", S,
         (("WHERE queue = :queue AND state IN ('ready', 'leased')",
           "WHERE :queue <> '' AND state IN ('ready', 'leased')"),
