@@ -269,7 +269,7 @@ def test_a_thread_that_does_not_stop_in_time_keeps_its_lease_to_run_out(
     # thread that stops in time: its lease is given back.
     from queue_core import worker_threads
 
-    monkeypatch.setattr(worker_threads, "GIVE_BACK_SECONDS", 0.5)
+    monkeypatch.setattr(worker_threads, "GIVE_BACK_SECONDS", 2.0)
     store.enqueue(line(1))
     release = threading.Event()
 
