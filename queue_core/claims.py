@@ -1,9 +1,11 @@
 """Claiming: a lease on the next message, one or a batch, and redrive.
 
 A claim chooses a ready message (or a leased one whose lease ran out) in the
-order ``available_at, event_id`` and leases it with the next generation, in
-one transaction; a message whose last allowed lease ran out goes to dead
-instead. Redrive gives dead messages a new cycle.
+claim order, ``priority DESC, available_at, event_id`` (the highest priority
+first, then the earliest ``available_at``, then the event id bytewise), and
+leases it with the next generation, in one transaction; a message whose last
+allowed lease ran out goes to dead instead. A batch comes back in that order.
+Redrive gives dead messages a new cycle.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .errors import NotDead, UnknownEvent
 from .rules import LEASE_EXPIRED, check_count
 from .scope import Scope
 from .transactions import Transactions, Tx, dooms_on_failure
-from .values import Claimed, Lease, Message, new_lease_token
+from .values import Claimed, Lease, new_lease_token
 
 # Dead messages redrive_all gives a new cycle per transaction (and statement).
 REDRIVE_CHUNK: Final = 1_000
@@ -50,8 +52,8 @@ class Claiming:
 
         A ready message whose ``available_at`` has come, or a leased one whose
         lease has expired (applied lazily here; there is no sweeper). Order:
-        ``available_at, event_id``. A message whose last allowed claim expired
-        goes to dead instead, and the search goes on.
+        ``priority DESC, available_at, event_id``. A message whose last allowed
+        claim expired goes to dead instead, and the search goes on.
         """
         taken = self._claim(tx, 1, self._scope.lease_seconds_for(lease_seconds))
         return taken[0].lease if taken else None
@@ -64,7 +66,8 @@ class Claiming:
         whose last allowed lease ran out goes to dead in it (a silent death
         spent the budget), and the search goes on past it. The clock is read
         once: what has come is decided on it rounded down, a new lease counts
-        from it rounded up. One claim token for the whole claim.
+        from it rounded up. One claim token for the whole claim. The leases
+        come back in the claim order, so a batch is completed in it too.
         """
         token = new_lease_token()  # one per claim: the generation names the row
         times = tx.times(lease_seconds)
@@ -80,9 +83,6 @@ class Claiming:
                 times=times,
                 lease_expired=LEASE_EXPIRED,
             )
-            # RETURNING gives no order: the claim order is available_at, event_id
-            if len(taken) > 1:
-                taken.sort(key=_claim_order)
             for message in taken:
                 if message.state == "leased" and message.lease_until is not None:
                     lease = Lease(
@@ -98,6 +98,8 @@ class Claiming:
             # with dead ones in it: look again)
             if len(taken) < wanted:
                 break
+        # RETURNING gives no order: the claim order, as the statement's ORDER BY
+        claimed.sort(key=_claim_order)
         return claimed
 
     # ------------------------------------------------ the worker's claim
@@ -274,5 +276,11 @@ def check_error_code(code: object) -> None:
         )
 
 
-def _claim_order(message: Message) -> tuple[int, str]:
-    return message.available_at, message.event_id
+def _claim_order(claimed: Claimed) -> tuple[int, int, str]:
+    """The claim order of ``claim_messages``' ORDER BY: priority DESC, available_at, event_id.
+
+    Python compares strings by code point, which is the bytewise order of
+    their UTF-8 (SQLite's BINARY, PostgreSQL's COLLATE "C").
+    """
+    message = claimed.message
+    return -message.priority, message.available_at, message.event_id

@@ -161,6 +161,10 @@ class Threads:
         self._body = body
         self._lock = threading.Lock()
         self._running: set[int] = set()  # threads still inside body
+        # set as each thread leaves body: Thread.is_alive() cannot say, since a
+        # join() that a KeyboardInterrupt interrupts marks the thread it waited
+        # for as stopped while it still runs (CPython 3.11, bpo-45274's fix)
+        self._left = [threading.Event() for _ in range(count)]
         self._errors: list[BaseException] = []
         self._threads = [
             threading.Thread(
@@ -189,8 +193,8 @@ class Threads:
             raise self._errors[0]
 
     def ended(self, index: int) -> bool:
-        """Whether thread ``index`` has ended (its hand can be read safely)."""
-        return not self._threads[index].is_alive()
+        """Whether thread ``index`` has left its body (its hand can be read safely)."""
+        return self._left[index].is_set()
 
     def _main(self, index: int) -> None:
         with self._lock:
@@ -206,6 +210,7 @@ class Threads:
         finally:
             with self._lock:
                 self._running.discard(threading.get_ident())
+            self._left[index].set()
 
     def _interrupt(self) -> None:
         self._stop.set()
