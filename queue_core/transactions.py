@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Concatenate, Final, NoReturn, ParamSpec, TypeVar
 
+from . import interrupts
 from .clock import Clock, lease_deadline
 from .engines import Connection, Engine, Rows
 from .errors import InputError, LeaseLost, StatementFailed, StatementRefused, StorageError
@@ -395,7 +396,8 @@ class Transactions:
     def _commit(self, conn: Connection, probed_operation: str | None) -> None:
         if probed_operation:
             self._at(f"{probed_operation}.before_commit")
-        conn.execute("COMMIT")
+        with interrupts.committing():  # never cancelled by the queue's own Ctrl-C
+            conn.execute("COMMIT")
 
     def _roll_back(self, conn: Connection, exc: BaseException) -> NoReturn:
         """Undo the open transaction after ``exc`` and raise it.
@@ -510,7 +512,8 @@ class Transactions:
             try:
                 with self.writer_turn():
                     try:
-                        return body(self._tx(conn))
+                        with interrupts.committing():  # the statement commits
+                            return body(self._tx(conn))
                     except Exception as exc:
                         self._raise(exc)
             except StorageError as exc:
