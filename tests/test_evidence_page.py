@@ -13,7 +13,7 @@ import pytest
 
 from tests.site_build import open_page
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test may build the site (minutes, loaded)
 
 PAGE = "/evidence-timelines/"
 SHOWN = """box => [...box.querySelectorAll('ol.qc-evidence__items > li')].map(li => {

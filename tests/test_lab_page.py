@@ -18,7 +18,7 @@ from docs_support.lab_engine import ACKS
 from docs_support.lab_story import SCENARIOS
 from tests.site_build import open_page
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test may build the site (minutes, loaded)
 
 PAGE = "/lab/"
 LONG = 120_000  # ms: Python's first start beside two CPU-bound processes
