@@ -832,7 +832,8 @@ def _work_and_kill(
         else 0
     )
     while True:
-        alive = [w for w in crowd if w.process.poll() is None]
+        # a victim already sent its SIGKILL may not have died yet: it is no longer a candidate
+        alive = [w for w in crowd if w.process.poll() is None and not w.killed]
         if not alive:
             break
         if kills == 0:
