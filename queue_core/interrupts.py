@@ -47,6 +47,9 @@ class _State:
     deferred: bool = False  # an interruption waits for the COMMIT
     # raised in the thread asynchronously, maybe not delivered yet
     requested: bool = False
+    # this thread waits for other threads; while this says one of them is
+    # inside a COMMIT, this thread's own interruption is held back too
+    waiting: Callable[[], bool] | None = None
 
     @property
     def holding(self) -> bool:
@@ -54,7 +57,10 @@ class _State:
 
     @property
     def idle(self) -> bool:
-        return not (self.holding or self.recording or self.deferred or self.requested)
+        return not (
+            self.holding or self.recording or self.deferred or self.requested
+            or self.waiting is not None
+        )
 
 
 # Re-entrant: a signal handler (``hold_back``) runs in the main thread between
@@ -202,13 +208,37 @@ def hold_back() -> bool:
         state = _STATES.get(ident)
         if state is None:
             return False
-        if not state.holding:
+        if not state.holding and not (state.waiting is not None and state.waiting()):
             state.deferred = False  # the exception raised now is that one
             _tidy(ident, state)
             return False
         state.deferred = True
     _announce()
     return True
+
+
+@contextmanager
+def waiting_for(committing_elsewhere: Callable[[], bool]) -> Iterator[None]:
+    """While this thread waits for others: hold its interruption back while one of them commits.
+
+    ``committing_elsewhere()`` says whether a thread it waits for is inside
+    a COMMIT (or has not written down what it did). A signal handler that
+    asks ``hold_back`` then holds the interruption back instead of raising
+    it at whatever line the waiting thread runs; at the end of the block it
+    is dropped, since the wait itself ends in an interruption. Once no thread
+    commits, an interruption is raised at once, as outside the block.
+    """
+    ident = threading.get_ident()
+    with _LOCK:
+        _state(ident).waiting = committing_elsewhere
+    try:
+        yield
+    finally:
+        with _LOCK:
+            state = _state(ident)
+            state.waiting = None
+            state.deferred = False
+            _tidy(ident, state)
 
 
 def interrupt_thread(ident: int) -> bool:

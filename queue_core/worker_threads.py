@@ -220,6 +220,14 @@ class Threads:
         self._stop.set()
         now = time.monotonic()
         deadline, again, gap = now + GIVE_BACK_SECONDS, now, 1.0
+        # Ctrl-C again while a thread's COMMIT is in flight is held back by the
+        # signal handler (a KeyboardInterrupt could land on any line of this wait)
+        with interrupts.waiting_for(self._committing):
+            self._wait_for_threads(deadline, again, gap)
+        for thread in self._threads:  # out of _running: its last lines
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _wait_for_threads(self, deadline: float, again: float, gap: float) -> None:
         while True:
             try:
                 with self._lock:
@@ -237,8 +245,6 @@ class Threads:
             except KeyboardInterrupt:
                 if not self._committing():  # Ctrl-C again: stop waiting, unless
                     raise  # a thread's COMMIT is in flight: that is waited for
-        for thread in self._threads:  # out of _running: its last lines
-            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _committing(self) -> bool:
         """Whether a running thread is inside a COMMIT (or has not counted it yet)."""

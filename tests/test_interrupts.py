@@ -233,3 +233,23 @@ def test_the_calling_thread_waits_for_a_thread_s_commit_past_the_give_back_time(
         assert held_back_ctrl_c  # said
     else:  # the control: given up on after GIVE_BACK_SECONDS, still blocked
         assert steps[0] == "run ended" and not held_back_ctrl_c
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_waiting_for_a_commit_elsewhere_holds_its_own_ctrl_c_back(
+        held_back_ctrl_c: list[int]) -> None:
+    # The calling thread of a worker waits for its threads' COMMITs: a Ctrl-C
+    # there must not land on whatever line it runs (a loop's jump back sits
+    # outside any try), so the signal handler holds it back instead, while a
+    # thread commits; once none does, it is raised at once.
+    elsewhere = [True]
+    steps: list[str] = []
+    with interrupts.waiting_for(lambda: elsewhere[0]):
+        signal.raise_signal(signal.SIGINT)
+        steps.append("held back")
+        elsewhere[0] = False
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+            steps.append("never")
+    assert steps == ["held back"] and held_back_ctrl_c == [1]
+    assert not interrupts._STATES  # nothing kept once the wait ended
