@@ -24,7 +24,9 @@
   here-document's lines are part of its command). Material copies a block's
   `data-copy` attribute when it has one (its clipboard integration copies the
   text of the closest element with `data-copy`, else the code's own text);
-  the shortened programs above use the same attribute.
+  the shortened programs above use the same attribute. A line of its
+  output longer than the block (a one-line JSON document, a one-line error)
+  wraps in the block, with a hanging indent, instead of scrolling out of sight.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
+from docs_support.code_width import MAX_COLUMNS
 from docs_support.run_here import SECTION_MARK, needs_a_machine, program, shown_and_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -351,6 +354,23 @@ def whole_program(match: re.Match[str]) -> str:
     return f'{match["head"]}<pre data-copy="{whole}">'
 
 
+TAG = re.compile(r"</?span\b[^>]*>")
+
+
+def wrap_long_lines(code_html: str) -> str:
+    """A session's lines over ``MAX_COLUMNS`` (a one-line JSON document, a one-line
+    error: docs_support/code_width.py) marked to wrap in their block, with a hanging
+    indent, instead of making it scroll sideways and hiding the error's end."""
+    lines = code_html.split("\n")
+    for index, line in enumerate(lines):
+        text = html.unescape(re.sub(r"<[^>]+>", "", line))
+        tags = TAG.findall(line)
+        balanced = sum(1 if not t.startswith("</") else -1 for t in tags) == 0
+        if len(text) > MAX_COLUMNS and balanced:
+            lines[index] = f'<span class="qc-wrap">{line}</span>'
+    return "\n".join(lines)
+
+
 def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
     content = SHORTENED.sub(whole_program, content)
 
@@ -358,9 +378,12 @@ def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
         commands = session_commands(match["code"])
         if commands is None:
             return match.group(0)
+        whole = match.group(0)
+        code = match["code"]
+        wrapped = whole.replace(code, wrap_long_lines(code), 1)
         return (
             f'<pre data-copy="{html.escape(commands, quote=True)}">'
-            + match.group(0)[len("<pre>") :]
+            + wrapped[len("<pre>") :]
         )
 
     return CODE.sub(mark, content)
