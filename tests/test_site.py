@@ -112,6 +112,8 @@ def test_every_included_program_can_be_downloaded_from_its_page(built_site: Path
     assert seen == {p.name for p in (ROOT / "snippets").glob("*.py")}  # every program is on some page
     with zipfile.ZipFile(built_site / "snippets" / "queue_core-examples.zip") as zf:
         packed = {Path(n).name: zf.read(n) for n in zf.namelist()}
+    # beside the examples, its README (tests/test_examples_zip.py reads it)
+    assert packed.pop("README.md") == HOOKS.examples_readme().encode("utf-8")
     examples = [p for p in (ROOT / "snippets").iterdir() if p.suffix in (".py", ".jsonl")]
     # the zip holds every example but those that import the repository's own code
     # (tests/test_examples_zip.py runs each one as a reader would, outside a clone)
@@ -619,3 +621,26 @@ def test_a_block_that_needs_a_machine_gets_no_run_button(source: str, why: str |
     from docs_support.run_here import needs_a_machine
 
     assert needs_a_machine(source) == why
+
+
+# How a glossary term and the text around it are drawn.
+TERM_LOOK = """() => { const term = document.querySelector('article p abbr[title]');
+  const style = getComputedStyle(term), text = getComputedStyle(term.parentElement);
+  const link = document.querySelector('article p a[href]:not(.headerlink)');
+  return {term: term.textContent, style: style.borderBottomStyle, width: parseFloat(style.borderBottomWidth),
+          color: style.borderBottomColor, linkColor: link ? getComputedStyle(link).color : null,
+          textUnderline: text.borderBottomStyle} }"""
+
+
+@pytest.mark.parametrize(("scheme", "palette"), PALETTES)
+def test_glossary_terms_stand_out(browser, served_site: str, scheme: str, palette: str) -> None:
+    """A word with a definition is marked: a dotted line, 2 px at least, in the link colour."""
+    context, page, problems, _ = open_page(browser, served_site + "/lease/", color_scheme=scheme)
+    try:
+        look = page.evaluate(TERM_LOOK)
+        assert look["style"] == "dotted" and look["width"] >= 2, look
+        assert look["color"] == look["linkColor"], look
+        assert look["textUnderline"] == "none", look  # negative control: the text around it is not marked
+        assert problems == [], problems
+    finally:
+        context.close()
