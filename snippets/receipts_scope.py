@@ -25,6 +25,7 @@ def writes(table):
     return handler
 
 
+# --8<-- [start:shown]
 def run(shared_scope=None, api_first=False):
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "queue.sqlite3"
@@ -64,3 +65,4 @@ for title, options in (
     for receipt in kept:
         print(f"    {receipt}")
     assert (written[1].endswith("effects 0")) == ("shared_scope" in options)
+# --8<-- [end:shown]

@@ -117,13 +117,13 @@ def test_after_a_run_each_output_says_whose_it_is(browser, served_site: str) -> 
         assert state(box) == "done" and printed.strip()
         yours = box.locator(".qc-run__yours .qc-run__label")
         recorded = box.locator(".qc-run__label--recorded")
-        assert visible(yours) and yours.text_content() == "Your run"
+        assert visible(yours) and yours.text_content() == "Your run: done"
         assert visible(recorded) and recorded.text_content() == "Recorded when the site was built"
         # Each label names its own box: the reader's output by aria-labelledby,
         # the recorded output by coming right before it, and in that order.
         assert box.evaluate("""box => {
           const output = box.querySelector('.qc-run__output');
-          return document.getElementById(output.getAttribute('aria-labelledby')).textContent }""") == "Your run"
+          return document.getElementById(output.getAttribute('aria-labelledby')).textContent }""") == "Your run: done"
         assert box.evaluate("""box => {
           const blocks = box.querySelectorAll('.highlight'), last = blocks[blocks.length - 1];
           const label = box.querySelector('.qc-run__label--recorded');

@@ -311,6 +311,7 @@
       }
       const at = queue.indexOf(job);
       if (at >= 0) queue.splice(at, 1);
+      recordedLabel.hidden = true;  // nothing ran: only the recorded output, as before
       finish("cancelled", "Cancelled before it started.");
     });
 
