@@ -106,6 +106,22 @@ def _help(option: Option) -> str:
     return option.help() if callable(option.help) else option.help
 
 
+def _text(text: str) -> str:
+    """Plain text for a table cell of the page: HTML's brackets and the pipes escaped."""
+    for raw, escaped in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _argument(option: Option) -> str:
+    """An argument as the page's table names it: choices in braces, as argparse
+    writes them (a pipe inside code cannot be escaped in the site's tables)."""
+    if option.choices is not None and option.metavar is None:
+        choices = "{" + ",".join(option.choices) + "}"
+        return f"`{choices}`" if option.positional else f"`{option.name} {choices}`"
+    return f"`{_word(option)}`"
+
+
 def options_table(command: Command) -> str:
     """A command's arguments: what each takes, its default, what it does."""
     rows = ["| argument | default | what it does |", "| --- | --- | --- |"]
@@ -113,16 +129,14 @@ def options_table(command: Command) -> str:
         shown = _help(option) or (
             "one of " + ", ".join(option.choices) if option.choices else ""
         )
-        rows.append(
-            f"| `{_cell(_word(option))}` | {_default(option)} | {_cell(shown)} |"
-        )
+        rows.append(f"| {_argument(option)} | {_default(option)} | {_text(shown)} |")
     output = command.output
     if output is not None and len(output.formats) > 1:
         about = f"; {output.about}" if output.about else ""
-        formats = ", ".join(f"`{name}`" for name in output.formats)
+        formats = " or ".join(f"`{name}`" for name in output.formats)
         rows.append(
-            f"| `--format {_cell('|'.join(output.formats))}` | `{output.default}` | "
-            f"print as {formats}{_cell(about)} (`--json`: the same as `--format json`) |"
+            f"| `--format {{{','.join(output.formats)}}}` | `{output.default}` | "
+            f"print as {formats}{_text(about)} (`--json`: the same as `--format json`) |"
         )
     return "\n".join(rows) + "\n"
 
@@ -150,5 +164,5 @@ def page_sections(link_prefix: str = "../") -> str:
 def global_options_table() -> str:
     rows = ["| option | what it does |", "| --- | --- |"]
     for option in GLOBAL_OPTIONS:
-        rows.append(f"| `{_word(option)}` | {_cell(_help(option))} |")
+        rows.append(f"| `{_word(option)}` | {_text(_help(option))} |")
     return "\n".join(rows) + "\n"

@@ -257,34 +257,18 @@ def purge(inv: Invocation) -> int:
     return 0
 
 
-# create's options, by the library's name for each (Option.key)
-SETTINGS = (
-    "id_pattern",
-    "max_attempts",
-    "lease_seconds",
-    "max_payload_bytes",
-    "backoff_base_seconds",
-    "backoff_max_seconds",
-    "backoff_jitter",
-)
-
-
 def create(inv: Invocation) -> int:
     from ..errors import InvalidQueue
-    from ..queues import DEFAULT_QUEUE, NEW_QUEUE_BACKOFF_JITTER, settings
+    from ..queues import DEFAULT_QUEUE, settings
 
-    given = {key: inv[key] for key in SETTINGS}
+    # create's options are the queue's settings, each under the library's name
+    given = {o.key: inv[o.key] for o in inv.command.options() if not o.positional}
+    jitter = given["backoff_jitter"]
     try:  # the library's own checks, before the database is opened (or created)
         settings(
             inv["name"],
-            **{
-                **given,
-                "backoff_jitter": (
-                    NEW_QUEUE_BACKOFF_JITTER
-                    if given["backoff_jitter"] is None
-                    else given["backoff_jitter"]
-                ),
-            },
+            # a jitter not given is the library's to choose: any valid one stands in
+            **{**given, "backoff_jitter": jitter if jitter is not None else 0.0},
         )
     except InvalidQueue as exc:
         if exc.code != "invalid_setting":
