@@ -361,3 +361,18 @@ def test_zsh_offers_every_option_of_every_command_and_no_other(tmp_path: Path) -
     assert missing_from_zsh(script, tmp_path) == {}
     broken = script.replace(" --concurrency ", " ", 1)  # negative control: one option lost
     assert missing_from_zsh(broken, tmp_path) == {"work": {"--concurrency"}}
+
+
+@pytest.mark.timeout(300)
+def test_the_startup_script_measures_both_commands_and_shows_what_they_import() -> None:
+    # What the figures say is for the reader of the script's output; here only
+    # that it runs and reports each command (a time is never asserted).
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "startup.py"), "--runs", "1",
+                           "--importtime"], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split()[:3] for line in proc.stdout.splitlines()]
+    assert ["this", "checkout:", "--help"] in rows and ["this", "checkout:", "status"] in rows
+    help_part = proc.stdout.split("this checkout: queue-core --help")[1].split("this checkout: queue-core status")[0]
+    status_part = proc.stdout.split("this checkout: queue-core status")[1]
+    assert "queue_core.cli.parser" in help_part and "queue_core.store" not in help_part
+    assert "queue_core.store" in status_part  # the control: the same report names what status loads
