@@ -69,6 +69,35 @@ def test_each_commands_parser_takes_exactly_its_entrys_options() -> None:
         assert parser_options(sub) == wanted, name
 
 
+def test_an_entry_may_take_a_global_option_as_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a later `work --queue A --queue B` needs: an entry's own, repeatable
+    # --queue, while every other command keeps the global one.
+    from queue_core.cli import parser as parser_module
+    from queue_core.cli.spec import Command, Option
+
+    several = Command("several", "a command of a test", "", run=lambda inv: 0,
+                      arguments=lambda: (Option("--queue", "queues", metavar="NAME", repeat=True),))
+    monkeypatch.setattr(parser_module, "COMMANDS", (*COMMANDS, several))
+    parser = parser_module.build_parser()
+    assert parser.parse_args(["several", "--queue", "a", "--queue", "b"]).queue == ["a", "b"]
+    assert parser.parse_args(["status", "--queue", "a"]).queue == "a"
+    assert parser.parse_args(["--db", "x.sqlite3", "several"]).db == "x.sqlite3"
+
+
+def test_the_options_of_a_rule_are_given_exactly_when_their_value_is_set() -> None:
+    # Invocation.given reads "given" from the value: an option a rule names must
+    # default to None, False or [] (a global option to nothing at all).
+    for command in COMMANDS:
+        options = {o.name: o for o in command.options()}
+        for rule in command.rules:
+            for name in (rule.option, rule.needs if isinstance(rule, Needs) else rule.other):
+                if name in options:
+                    assert options[name].default in (None, False, []) or options[name].flag \
+                        or options[name].repeat, (command.name, name)
+                else:
+                    assert name in {o.name for o in GLOBAL_OPTIONS}, (command.name, name)
+
+
 def test_readme_carries_the_generated_table_of_commands() -> None:
     script = sync_script()
     assert README == script.synced(README, readme_table()), "run python scripts/sync_cli.py"

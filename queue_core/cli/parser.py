@@ -117,7 +117,7 @@ class _CommandParser(_Parser):
         self,
         *,
         command: Command,
-        shared: Callable[[], argparse.ArgumentParser],
+        shared: Callable[[Command], argparse.ArgumentParser],
         **settings: Any,
     ) -> None:
         self.__dict__["_pending"] = (command, shared, settings)
@@ -126,7 +126,7 @@ class _CommandParser(_Parser):
         pending = self.__dict__.pop("_pending", None)
         if pending is not None:
             command, shared, settings = pending
-            super().__init__(parents=[shared()], **settings)
+            super().__init__(parents=[shared(command)], **settings)
             add_arguments(self, command)
 
     def __getattr__(self, name: str) -> Any:
@@ -197,25 +197,39 @@ def add_arguments(parser: argparse.ArgumentParser, command: Command) -> None:
     shown.add_argument("--json", action="store_true", help=JSON_ALIAS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # Global options are accepted before or after the command name.
-    common = _Parser(add_help=False)
+def _global_options(leave_out: frozenset[str] = frozenset()) -> argparse.ArgumentParser:
+    """The global options, as a parent parser, but for those in ``leave_out``."""
+    made = _Parser(add_help=False)
     for option in GLOBAL_OPTIONS:
+        if option.name in leave_out:
+            continue
         settings: dict[str, Any] = {
             "metavar": option.metavar,
             "help": _help_text(option),
         }
         if option.type is not None:
             settings["type"] = option.type
-        common.add_argument(option.name, default=argparse.SUPPRESS, **settings)
+        made.add_argument(option.name, default=argparse.SUPPRESS, **settings)
+    return made
 
-    def refused() -> argparse.ArgumentParser:
-        """For a command that makes its own folder (or opens nothing): the global
-        options, accepted only to be refused with a clear message."""
-        made = _Parser(add_help=False)
-        for name in GLOBAL_NAMES:
-            made.add_argument(name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        return made
+
+def build_parser() -> argparse.ArgumentParser:
+    # Global options are accepted before or after the command name.
+    common = _global_options()
+
+    def shared(command: Command) -> argparse.ArgumentParser:
+        """A command's parent: the global options; those it takes as its own (an
+        entry may, say a repeatable --queue) are its own alone; and for a command
+        with its own folder, or none, the global options only to be refused."""
+        if command.own_folder:
+            refused = _Parser(add_help=False)
+            for name in GLOBAL_NAMES:
+                refused.add_argument(
+                    name, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+                )
+            return refused
+        own = frozenset(option.name for option in command.options())
+        return _global_options(own) if own & set(GLOBAL_NAMES) else common
 
     parser = _ProgramParser(prog=PROG, parents=[common], formatter_class=_Formatter)
     parser.add_argument(
@@ -232,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
             command.name,
             help=command.summary,
             command=command,
-            shared=refused if command.own_folder else lambda: common,
+            shared=shared,
             formatter_class=_Formatter,
         )
     return parser
