@@ -13,8 +13,11 @@ control beside it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -121,6 +124,65 @@ def sync_script() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def reference_page_prints(marker: str) -> str:
+    """What the CLI reference page's build-time block that calls ``marker`` prints, run as
+    the build runs it (markdown-exec executes the block's source)."""
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    blocks = re.findall(r'```python exec="on"\n(.*?)```', page, re.S)
+    (source,) = [block for block in blocks if marker in block]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(source, "docs/reference/cli.md", "exec"), {})
+    return printed.getvalue()
+
+
+def missing_from_reference(sections: str, options_table: str) -> dict[str, set[str]]:
+    """Per command, what its parser takes (argparse's own options, not the table's
+    words) that the reference page's section does not show as a row of its table;
+    and the global options missing from their table. A row is a Markdown table row
+    of three cells (a pipe inside a cell escaped)."""
+    gaps: dict[str, set[str]] = {}
+    globals_ = {option.name for option in GLOBAL_OPTIONS}
+    titles = re.findall(r"^### `([a-z]+)`$", sections, re.M)
+    if titles != [command.name for command in COMMANDS]:
+        gaps["(sections)"] = set(titles) ^ {command.name for command in COMMANDS}
+    for name, sub in subparsers(build_parser()).items():
+        found = re.search(rf"^### `{name}`\n(.*?)(?=^### |\Z)", sections, re.M | re.S)
+        text = found.group(1) if found else ""
+        rows = [line for line in text.splitlines() if line.startswith("| `")]
+        assert all(len(re.split(r"(?<!\\)\|", row)) == 5 for row in rows), rows
+        shown = {re.match(r"\| `([^` ]+)", row).group(1).removesuffix("...")  # type: ignore[union-attr]
+                 for row in rows}
+        wanted = parser_options(sub) - {"-h", "--help", "--json"} - globals_
+        for action in sub._actions:  # positional arguments: as argparse names them
+            if not action.option_strings and action.help != argparse.SUPPRESS:
+                choices = "{" + ",".join(action.choices) + "}" if action.choices else None
+                wanted.add(action.metavar or choices or action.dest)
+        if f"```text\nqueue-core {name}" not in text:
+            wanted.add("(synopsis)")
+        if "--format" in wanted and "`--json`: the same as `--format json`" not in text:
+            wanted.add("--json")
+        if wanted - shown:
+            gaps[name] = wanted - shown
+    absent = {name for name in globals_ if f"| `{name} " not in options_table}
+    if absent:
+        gaps["(global options)"] = absent
+    return gaps
+
+
+def test_the_reference_page_shows_every_command_and_every_option_it_takes() -> None:
+    sections = reference_page_prints("page_sections()")
+    options = reference_page_prints("global_options_table()")
+    assert missing_from_reference(sections, options) == {}
+    # negative controls: a lost row, a lost section, a lost global option
+    no_row = re.sub(r"^\| `--concurrency N` .*\n", "", sections, flags=re.M)
+    assert missing_from_reference(no_row, options) == {"work": {"--concurrency"}}
+    no_lab = re.sub(r"^### `lab`\n.*?(?=^### )", "", sections, flags=re.M | re.S)
+    assert missing_from_reference(no_lab, options) == {
+        "(sections)": {"lab"}, "lab": {"(synopsis)", "--format", "--json", "CASE"}}
+    assert missing_from_reference(sections, options.replace("--now", "--then")) == {"(global options)": {"--now"}}
 
 
 def test_what_the_help_states_of_the_library_and_the_application_is_theirs() -> None:
@@ -249,6 +311,9 @@ def test_help_imports_no_store_no_engine_and_nothing_of_the_application(tmp_path
     modules = imported("--help", cwd=tmp_path)
     assert "queue_core.cli.parser" in modules  # the detector sees the CLI's own modules
     assert ours(modules, *HEAVY) == set()
+    # argparse's own formatter asks shutil for the terminal's width (shutil brings bz2
+    # and lzma); every parser of ours has the fixed-width one, the parents too
+    assert "shutil" not in modules
     for command in ("status", "work", "lab"):  # a command's help: its own options only
         assert ours(imported(command, "--help", cwd=tmp_path), *HEAVY) == set(), command
     # redrive's help states the library's chunk (claims.REDRIVE_CHUNK): it reads it there

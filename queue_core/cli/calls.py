@@ -239,9 +239,8 @@ def listing(inv: Invocation) -> int:
 def purge(inv: Invocation) -> int:
     with inv.open() as store:
         state = inv["state"]
-        if not inv[
-            "yes"
-        ]:  # ask on a terminal; anywhere else refuse (a script says --yes)
+        # ask on a terminal; anywhere else refuse (a script says --yes)
+        if not inv["yes"]:
             count = store.status().count(state)
             if not sys.stdin.isatty():
                 raise UsageError(

@@ -80,8 +80,15 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 class _Parser(argparse.ArgumentParser):
     """argparse with the CLI's error format.
 
-    The usage line, then ``queue-core: usage: <problem>``.
+    The usage line, then ``queue-core: usage: <problem>``. Every parser has the
+    fixed-width formatter, the parents of the global options too: argparse makes
+    a formatter for each argument it adds, and its own asks ``shutil`` for the
+    terminal's width (importing ``shutil``, and with it ``bz2`` and ``lzma``).
     """
+
+    def __init__(self, *args: Any, **settings: Any) -> None:
+        settings.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **settings)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
