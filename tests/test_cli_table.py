@@ -130,7 +130,7 @@ def reference_page_prints(marker: str) -> str:
     """What the CLI reference page's build-time block that calls ``marker`` prints, run as
     the build runs it (markdown-exec executes the block's source)."""
     page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
-    blocks = re.findall(r'```python exec="on"\n(.*?)```', page, re.S)
+    blocks = re.findall(r'```python exec="on"[^\n]*\n(.*?)```', page, re.S)
     (source,) = [block for block in blocks if marker in block]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
