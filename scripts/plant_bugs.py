@@ -209,7 +209,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a released message goes behind the others in the claim order",
     ),
     Mutation(
-        "stop_interrupts_message_in_hand", "queue_core/cli_work.py",
+        "stop_interrupts_message_in_hand", "queue_core/cli/service.py",
         (("again = signum == signal.SIGINT and signal.SIGINT in stopping.received",
           "again = True"),),
         "SIGTERM interrupts the message in hand instead of letting it finish",
