@@ -71,10 +71,10 @@ class Adversary(Machine):
     """The rules: what user code does to the queue, one step at a time."""
 
     @rule(queue=st.sampled_from(QUEUES), event_id=st.sampled_from(EVENT_IDS),
-          payload=st.integers(0, len(PAYLOADS) - 1))
-    def send(self, queue: str, event_id: str, payload: int) -> None:
+          payload=st.integers(0, len(PAYLOADS) - 1), delay=st.sampled_from([0, 0, 3]))
+    def send(self, queue: str, event_id: str, payload: int, delay: int = 0) -> None:
         self._count("send")
-        self._send(queue, event_id, payload)
+        self._send(queue, event_id, payload, delay)
 
     @rule(worker=st.integers(0, WORKERS - 1), queue=st.sampled_from(QUEUES),
           how=st.sampled_from(["claim", "claim_message", "claim_messages", "claim_many"]),
@@ -192,7 +192,16 @@ class Adversary(Machine):
         def by_message(tx: Tx, message: Message) -> None:
             handlers[(message.event_id, message.generation)](tx, message)
 
-        results = store.complete_many([h.item for h in batch], by_message)
+        try:
+            results = store.complete_many([h.item for h in batch], by_message)
+        except QueueError as refused:
+            # transaction control or a ROLLBACK TO the store's savepoint may end the batch's
+            # transaction under it: then nothing was ACKed that user code saw, and the
+            # invariant judges what the database holds
+            if not any(call.kind.control for call, _ in calls.values()):
+                raise
+            self.tally.note(f"complete_many raised {refused.code}")
+            return
         if len(results) != len(batch):
             raise PromiseBroken("completion", f"complete_many of {len(batch)} returned {len(results)}")
         self._judge_batch(pre, now, batch, [(r.outcome.value, r.error) for r in results], calls)
@@ -235,6 +244,7 @@ class Adversary(Machine):
         failures += ["savepoint_after"] if "savepoints" in self.families else []
         failures += ["savepoint_before"] if "recovery" in self.families else []
         failures += ["commit"] if "control" in self.families else []
+        acks = ["complete_tx", "ack_tx"] + (["complete_many_tx"] if "batch_tx" in self.families else [])
         plan: list[tuple[Held, OwnStep]] = []
         for _ in range(size):
             held = self._take(data, data.draw(st.sampled_from(["held", "fresh", "stale"]), label="lease"))
@@ -243,7 +253,7 @@ class Adversary(Machine):
                     check_first=data.draw(st.booleans(), label="leased_tx first"),
                     writes=data.draw(st.sampled_from([True, True, False]), label="writes"),
                     failure=data.draw(st.sampled_from(failures), label="failure"),
-                    ack=data.draw(st.sampled_from(["complete_tx", "ack_tx"]), label="ack"),
+                    ack=data.draw(st.sampled_from(acks), label="ack"),
                     swallow="swallow" in self.families and data.draw(st.booleans(), label="swallow"))))
         if not plan:
             return
@@ -286,9 +296,9 @@ class Adversary(Machine):
                 verdict = Verdict("lease_lost", "the lease does not pass the fence", "the fence")
             else:
                 verdict = Verdict("done", "the lease passes the fence", "completion")
-            judge(verdict, "done" if result.acked == "done" else f"raised:{result.acked}", what=what)
-            self.tally.note(f"own transaction: {result.acked}"
-                            f"{'' if result.acked == 'done' else ' (swallowed)'}")
+            judge(verdict, result.acked, what=what)
+            self.tally.note(f"own transaction {step.ack}: {result.acked}"
+                            f"{' (swallowed)' if result.acked.startswith('raised:') else ''}")
             if result.acked == "done":
                 rows[key] = replace(rows[key], state="done")
         if escaped is not None:
@@ -328,10 +338,11 @@ class Adversary(Machine):
 
     # ---------------------------------------------------- release, fail, redrive
 
-    @rule(data=st.data(), how=st.sampled_from(["release", "fail", "fail permanently", "die"]),
+    @rule(data=st.data(), how=st.sampled_from(["release", "fail", "fail permanently", "die", "extend"]),
           source=st.sampled_from(["held", "stale"]))
     def give_up(self, data: st.DataObject, how: str, source: str) -> None:
-        """A worker releases its lease, fails it, or dies silently; sometimes with a stale lease."""
+        """A worker releases its lease, fails it, dies silently, or extends it (a heartbeat's beat,
+        and it keeps the extended lease); sometimes with a stale lease."""
         self._count("give_up")
         held = self._take(data, source)
         if held is None or how == "die":
@@ -341,6 +352,11 @@ class Adversary(Machine):
         try:
             if how == "release":
                 outcome = store.release(lease).outcome.value
+            elif how == "extend":
+                extended = Held(held.queue, store.extend(lease, 3))
+                self.workers[0].append(extended)
+                self.issued.append(extended)
+                outcome = "extended"
             else:
                 outcome = store.fail(lease, "adv_gave_up", permanent=how != "fail").outcome.value
         except QueueError as refused:
@@ -351,14 +367,21 @@ class Adversary(Machine):
                                              f"{'passes' if passes else 'does not pass'} the fence")
         self.tally.note(f"{how}: {outcome}")
 
-    @rule(queue=st.sampled_from(QUEUES), how=st.sampled_from(["redrive_all", "purge ready", "purge dead"]))
+    @rule(queue=st.sampled_from(QUEUES), how=st.sampled_from(["redrive_all", "purge ready", "purge dead",
+                                                               "prune"]))
     def manage(self, queue: str, how: str) -> None:
-        """An operator redrives the dead letters, or purges the ready or dead messages."""
+        """An operator redrives the dead letters, purges the ready or dead messages, or prunes the
+        payloads of the done ones (their digest stays: sent again, they are still duplicates)."""
         self._count("manage")
         store = self.stores[queue]
-        state = "ready" if how == "purge ready" else "dead"
-        before = sorted(m.event_id for m in self._snapshot().messages if m.queue == queue and m.state == state)
-        if how == "redrive_all":
+        state = {"purge ready": "ready", "prune": "done"}.get(how, "dead")
+        before = sorted(m.event_id for m in self._snapshot().messages
+                        if m.queue == queue and m.state == state and m.digest is None)
+        if how == "prune":
+            pruned = store.prune(0).pruned
+            if pruned != len(before):
+                raise PromiseBroken("stored once", f"prune in {queue} pruned {pruned}, {len(before)} were done")
+        elif how == "redrive_all":
             done = store.redrive_all()
             if sorted(done) != before:
                 raise PromiseBroken("at least once", f"redrive_all in {queue} redrove {done}, dead were {before}")

@@ -75,6 +75,7 @@ class MessageRow:
     available_at: int
     lease_until: int | None
     token: int
+    digest: str | None = None  # pruned: the SHA-256 of the canonical payload, which is gone
 
 
 @dataclass(frozen=True, order=True)
@@ -125,7 +126,7 @@ class Snapshot:
 
 _MESSAGES = (
     "SELECT queue, event_id, payload, state, attempts, generation, available_at, "
-    "lease_until, lease_token FROM messages ORDER BY queue, event_id"
+    "lease_until, lease_token, payload_sha256 FROM messages ORDER BY queue, event_id"
 )
 
 

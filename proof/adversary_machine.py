@@ -180,11 +180,11 @@ class Machine(RuleBasedStateMachine):
 
     # ----------------------------------------------------------- sends, claims
 
-    def _send(self, queue: str, event_id: str, payload: int) -> None:
+    def _send(self, queue: str, event_id: str, payload: int, delay: int = 0) -> None:
         """Send, and hold "the same event sent again is stored once"."""
         expected = self.truth.send(queue, event_id, PAYLOADS[payload])
         try:
-            result = self.stores[queue].send(event_id, PAYLOADS[payload])
+            result = self.stores[queue].send(event_id, PAYLOADS[payload], delay=delay)
             got = "new" if result.accepted == 1 else "duplicate" if result.duplicates == 1 else "?"
         except BatchRejected as refused:
             got = "conflict" if refused.code == "event_conflict" else refused.code
@@ -225,10 +225,10 @@ class Machine(RuleBasedStateMachine):
         """The payload the handler will see: the claim's, else the stored one."""
         if isinstance(held.item, Claimed):
             return dict(held.item.message.payload_object)
-        if row is not None:
+        if row is not None and row.digest is None:
             loaded: dict[str, Any] = json.loads(row.payload)
             return loaded
-        return dict(PAYLOADS[0])  # the message is gone (purged): no handler runs for it
+        return dict(PAYLOADS[0])  # the message is gone (purged) or done (pruned): no handler runs
 
     def _verdict(self, pre: Snapshot, call: Call, payload: dict[str, Any], mode: str, *, now: int,
                  read_first: bool, pending: dict[tuple[str, str, str], Owner] | None = None) -> Verdict:
@@ -253,6 +253,18 @@ class Machine(RuleBasedStateMachine):
             if found == "conflict":
                 return Verdict("refused", f"its scope {call.scope!r} holds the key with another payload",
                                "receipts", refusal="operation_conflict", permanent=True)
+        verdict = self._own_verdict(pre, call, after, mode)
+        if mode != "none" and any(key[1:] == (call.tenant, call.operation) and key[0] != call.scope
+                                  for key in self.truth.receipts):
+            # the first of its key in its scope, while another scope holds the key: a store that
+            # shares receipts across scopes ACKs (or refuses) it on the other scope's receipt
+            return replace(verdict, clause="receipts", reason=f"{verdict.reason} (its scope "
+                           f"{call.scope!r} holds no receipt of its key; another scope does)")
+        return verdict
+
+    def _own_verdict(self, pre: Snapshot, call: Call, after: int, mode: str) -> Verdict:
+        """What an attempt that runs its own handler (no receipt reused) ends as."""
+        lease = call.lease
         kind = call.kind
         if kind.control is not None:
             return Verdict("any", f"its handler ran {kind.control} through tx.execute", "effect and ACK together")

@@ -68,6 +68,10 @@ FAMILIES: Final = {
                 "it (the code of #44 allows it; the promise's words refuse the ACK)",
     "control": "transaction control run through tx.execute inside a handler or the caller's "
                "transaction (COMMIT, ROLLBACK, COMMIT then BEGIN), its error caught",
+    "batch_tx": "the caller's own writes in its transaction, then complete_many_tx, which "
+                "reports a lost lease as an outcome instead of raising it",
+    "names": "a handler's ROLLBACK TO a savepoint it did not open, named as the store's own "
+             "(message, batch), its error caught",
 }
 ALL_FAMILIES: Final = frozenset(FAMILIES)
 SLOW_TEMPORARY: Final = "adv_flaky"
@@ -107,6 +111,7 @@ KINDS: Final = (
     Kind("commit_inside", "control", _AB, control="COMMIT"),
     Kind("rollback_inside", "control", _AB, control="ROLLBACK"),
     Kind("commit_begin_inside", "control", _AB, control="COMMIT; BEGIN"),
+    Kind("rollback_to_store", "names", _A, control="ROLLBACK TO batch; ROLLBACK TO message"),
 )
 
 
@@ -199,6 +204,8 @@ class Call:
         if name == "fail_caught_only":
             _quietly(tx, bad)
             return
+        if name == "rollback_to_store":  # "undo what I did so far" (a SAVEPOINT of its own was skipped)
+            _quietly(tx, (self.kind.control or "").split("; ")[self.failing])
         if name != "nothing":
             _write(tx, tag("adv_effect", "a", self))
         if name == "two_tables":
@@ -208,7 +215,7 @@ class Call:
         if name == "fail_then_savepoint":
             for statement in ("SAVEPOINT adv_later", "ROLLBACK TO adv_later", "RELEASE adv_later"):
                 _quietly(tx, statement)
-        if self.kind.control is not None:
+        if self.kind.control is not None and name != "rollback_to_store":
             for statement in self.kind.control.split("; "):
                 _quietly(tx, statement)  # "we commit what we have so far"
             _write(tx, tag("adv_effect", "b", self))
@@ -272,13 +279,15 @@ class OwnStep:
     check_first: bool  # leased_tx before writing (the fenced read)
     writes: bool  # write the effect row
     failure: str | None  # None, "plain", "savepoint_after", "savepoint_before" or "commit"
-    ack: str  # "complete_tx" or "ack_tx"
+    ack: str  # "complete_tx", "ack_tx" or "complete_many_tx" (of this one lease)
     swallow: bool  # catch LeaseLost / StatementFailed from the fenced calls
 
     @property
     def family(self) -> str:
         if self.swallow:
             return "swallow"
+        if self.failure is None and self.ack == "complete_many_tx":
+            return "batch_tx"
         return {"savepoint_after": "savepoints", "savepoint_before": "recovery",
                 "commit": "control"}.get(self.failure or "", "base")
 
@@ -288,8 +297,8 @@ class OwnResult:
     """What one OwnStep saw: its rows, and what its fenced calls did ("done" or a code)."""
 
     rows: tuple[EffectRow, ...] = ()
-    checked: str | None = None
-    acked: str | None = None
+    checked: str | None = None  # "done", or "raised:<code>" (swallowed)
+    acked: str | None = None  # "done", "raised:<code>" (swallowed), or complete_many_tx's outcome
     failed: bool = False  # a statement of it failed
     control: bool = False  # it ran transaction control through tx.execute
 
@@ -307,7 +316,7 @@ def run_own_step(tx: Tx, store: Store, lease: Lease, step: OwnStep, row: EffectR
             store.leased_tx(tx, lease)
             seen.checked = "done"
         except caught as refused:
-            seen.checked = refused.code
+            seen.checked = f"raised:{refused.code}"
     if step.writes:
         _write(tx, row)
     if step.failure == "savepoint_before":
@@ -325,10 +334,14 @@ def run_own_step(tx: Tx, store: Store, lease: Lease, step: OwnStep, row: EffectR
         _quietly(tx, "ROLLBACK TO adv_early")
         _quietly(tx, "RELEASE adv_early")
     try:
-        if step.ack == "ack_tx":
-            store.ack_tx(tx, lease)
+        if step.ack == "complete_many_tx":  # the effect is the caller's: the handler writes nothing
+            seen.acked = store.complete_many_tx(tx, [lease], _nothing)[0].outcome.value
         else:
-            store.complete_tx(tx, lease)
-        seen.acked = "done"
+            (store.ack_tx if step.ack == "ack_tx" else store.complete_tx)(tx, lease)
+            seen.acked = "done"
     except caught as refused:
-        seen.acked = refused.code
+        seen.acked = f"raised:{refused.code}"
+
+
+def _nothing(tx: Tx, message: Message) -> None:
+    """A handler that writes nothing: the caller wrote the effect before."""
