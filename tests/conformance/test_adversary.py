@@ -38,18 +38,18 @@ from proof.adversary_user import ALL_FAMILIES
 
 FAMILIES_ENV = "QUEUE_CORE_ADVERSARY_FAMILIES"
 
-# The attack families that still break a clause, per engine: the holes of issue #44
-# (and the savepoint opened before the failure, which the promise's words refuse too).
-# Empty them when the fixes merge: every run below must then hold.
+# The attack families that still break a clause on this code, per engine (issue #44):
+# scopes (hole 1: receipts shared by every queue), savepoints (hole 2: a failed statement
+# forgotten on a ROLLBACK TO of a savepoint opened after it; SQLite only), swallow (hole 3: a
+# swallowed LeaseLost commits its effect), recovery (a ROLLBACK TO a savepoint opened before
+# the failure), control (COMMIT/ROLLBACK through tx.execute), batch_tx (the caller's writes
+# before complete_many_tx of a lost lease), names (a handler's ROLLBACK TO the store's own
+# savepoint). Empty them as the fixes merge: every run below must then hold.
 OPEN_HOLES: dict[str, frozenset[str]] = {
     "sqlite": frozenset({"scopes", "savepoints", "swallow", "recovery", "control", "batch_tx", "names"}),
     "postgresql": frozenset({"scopes", "swallow", "recovery", "control", "batch_tx", "names"}),
 }
-HOLES_OF_44 = ("holes 1-3 of #44 (receipts shared by every queue; a failed statement forgotten on "
-               "a ROLLBACK TO; a swallowed LeaseLost commits its effect), the ROLLBACK TO a savepoint "
-               "opened before the failure, COMMIT/ROLLBACK run through tx.execute, the caller's "
-               "writes before complete_many_tx, a handler's ROLLBACK TO the store's savepoint: the "
-               "lead empties OPEN_HOLES when the fixes merge")
+HOLES_OF_44 = "a hole of issue #44 still open on this code (OPEN_HOLES): empty it when the fix merges"
 
 
 def families() -> frozenset[str]:
