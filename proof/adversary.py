@@ -106,6 +106,17 @@ class Adversary(Machine):
             self.workers[0].remove(held)
             self._complete(data, held)
 
+    @rule(queue=st.sampled_from(QUEUES), event_id=st.sampled_from(EVENT_IDS),
+          payload=st.integers(0, len(PAYLOADS) - 1), lease_seconds=st.integers(1, 3))
+    def race(self, queue: str, event_id: str, payload: int, lease_seconds: int) -> None:
+        """Two workers race on one message: worker 1's lease runs out, worker 2 claims it again;
+        both keep what they hold (worker 1 a lease that no longer passes the fence)."""
+        self._count("race")
+        self._send(queue, event_id, payload)
+        if self._claim(1, queue, "claim_message", 1, lease_seconds):
+            self.clock.advance(lease_seconds)
+            self._claim(2, queue, "claim", 1, 5)
+
     def _complete(self, data: st.DataObject, held: Held) -> None:
         queue, lease = held.queue, held.lease
         store = self.stores[queue]
@@ -244,7 +255,7 @@ class Adversary(Machine):
         failures += ["savepoint_after"] if "savepoints" in self.families else []
         failures += ["savepoint_before"] if "recovery" in self.families else []
         failures += ["commit"] if "control" in self.families else []
-        acks = ["complete_tx", "ack_tx"] + (["complete_many_tx"] if "batch_tx" in self.families else [])
+        acks = ["complete_tx", "ack_tx"] + (["complete_many_tx"] * 2 if "batch_tx" in self.families else [])
         plan: list[tuple[Held, OwnStep]] = []
         for _ in range(size):
             held = self._take(data, data.draw(st.sampled_from(["held", "fresh", "stale"]), label="lease"))

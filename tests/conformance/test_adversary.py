@@ -14,11 +14,12 @@ prints the steps as found; ``python scripts/adversary.py`` shrinks them).
 On the code of issue #44 the families ``scopes``, ``savepoints``, ``swallow``,
 ``recovery``, ``control``, ``batch_tx`` and ``names`` each break a clause
 (``OPEN_HOLES``; ``savepoints`` on SQLite only, since PostgreSQL aborts the
-transaction at the failure; ``names`` is seldom reached by the quick budget,
-always by its seed). Until their fixes merge, those runs are expected to fail
-(strict: a run that stops finding them fails, so the mark cannot outlive the
-holes). The regression seeds replay the shrunk sequences Hypothesis found for
-each, step by step.
+transaction at the failure). Until their fixes merge, those runs are expected
+to fail (strict: a run that stops finding them fails, so the mark cannot
+outlive the holes), except a run of ``batch_tx`` or ``names`` alone, which the
+quick budget reaches in only some runs (``SELDOM``); their seeds always do.
+The regression seeds replay the shrunk sequences Hypothesis found for each,
+step by step.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ OPEN_HOLES: dict[str, frozenset[str]] = {
     "postgresql": frozenset({"scopes", "swallow", "recovery", "control", "batch_tx", "names"}),
 }
 HOLES_OF_44 = "a hole of issue #44 still open on this code (OPEN_HOLES): empty it when the fix merges"
+# Open holes the quick budget reaches in only some runs (batch_tx in about 2 of 3 on SQLite, names
+# seldom): a run of these families alone is not strictly expected to fail; their seeds are.
+SELDOM: frozenset[str] = frozenset({"batch_tx", "names"})
 
 
 def families() -> frozenset[str]:
@@ -71,10 +75,14 @@ def target_for(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> T
     return SqliteTarget(tmp_path)
 
 
-def expect_holes(request: pytest.FixtureRequest, engine: str, attacks: frozenset[str]) -> None:
-    """Mark the test as expected to fail (strictly) while one of its attack families has an open hole."""
-    if attacks & OPEN_HOLES[engine]:
-        request.applymarker(pytest.mark.xfail(strict=True, raises=PromiseBroken, reason=HOLES_OF_44))
+def expect_holes(request: pytest.FixtureRequest, engine: str, attacks: frozenset[str], *,
+                 search: bool = False) -> None:
+    """Mark the test as expected to fail while one of its attack families has an open hole: strictly,
+    unless it is a search whose only open holes are ones the quick budget seldom reaches."""
+    open_holes = attacks & OPEN_HOLES[engine]
+    if open_holes:
+        strict = not search or bool(open_holes - SELDOM)
+        request.applymarker(pytest.mark.xfail(strict=strict, raises=PromiseBroken, reason=HOLES_OF_44))
 
 
 @pytest.mark.timeout(600)
@@ -89,7 +97,7 @@ def test_user_code_cannot_break_the_promise(engine: str, attacks: str, tmp_path:
     checks raise no false alarm there while "families" is expected to fail.
     """
     chosen = frozenset() if attacks == "base" else families()
-    expect_holes(request, engine, chosen)
+    expect_holes(request, engine, chosen, search=True)
     budget = Budget(QUICK.examples // 2, QUICK.steps) if attacks == "base" else QUICK
     result = run(target_for(engine, tmp_path, request), budget, chosen, shrink=False)
     if result.found is not None:
