@@ -147,6 +147,10 @@ class Adversary(Machine):
             outcome, code = done.outcome.value, done.error
         except QueueError as refused:
             outcome = f"raised:{refused.code}"
+        except Exception as ended:  # a handler's transaction control ended the transaction under it
+            if kind.control is None:
+                raise
+            outcome = f"raised:{type(ended).__name__}"
         verdict = self._verdict(pre, call, payload, mode, now=now, read_first=not claimed)
         what = (f"{'complete_message' if claimed else 'complete'} of {queue}/{lease.event_id} "
                 f"(generation {lease.generation}) with handler {kind.name!r}"
@@ -205,13 +209,14 @@ class Adversary(Machine):
 
         try:
             results = store.complete_many([h.item for h in batch], by_message)
-        except QueueError as refused:
+        except Exception as refused:
             # transaction control or a ROLLBACK TO the store's savepoint may end the batch's
-            # transaction under it: then nothing was ACKed that user code saw, and the
-            # invariant judges what the database holds
+            # transaction under it (then the store raises what ended the attempt, a handler's
+            # own exception too): nothing was ACKed that user code saw, and the invariant
+            # judges what the database holds
             if not any(call.kind.control for call, _ in calls.values()):
                 raise
-            self.tally.note(f"complete_many raised {refused.code}")
+            self.tally.note(f"complete_many raised {type(refused).__name__}")
             return
         if len(results) != len(batch):
             raise PromiseBroken("completion", f"complete_many of {len(batch)} returned {len(results)}")
@@ -417,6 +422,24 @@ class Adversary(Machine):
             self.clock.set(min(ends))
 
 
+def _found(exc: BaseException, printed: list[str]) -> dict[str, Any]:
+    """What a failed run found: the clause, the message, the steps Hypothesis printed.
+
+    A failure that did not happen again when Hypothesis replayed it (a race, e.g. with the
+    database driver) comes as a ``FlakyFailure`` around what was raised the first time: that
+    is what is reported, said to be flaky.
+    """
+    first: BaseException = exc
+    flaky = ""
+    inner = getattr(exc, "exceptions", None)
+    if inner:
+        first = next((e for e in inner if hasattr(e, "clause")), inner[0])
+        flaky = " (flaky: it did not happen again when Hypothesis replayed the steps)"
+    notes = [*getattr(exc, "__notes__", []), *getattr(first, "__notes__", [])]
+    return {"clause": getattr(first, "clause", None), "message": f"{type(first).__name__}: {first}{flaky}",
+            "steps": "\n".join([*printed, *dict.fromkeys(notes)])}
+
+
 def _driver_error(exc: BaseException) -> bool:
     """An error of the database's driver (sqlite3 or psycopg) that reached user code."""
     return type(exc).__module__.split(".")[0] in ("sqlite3", "psycopg")
@@ -518,8 +541,7 @@ def run(target: Target, budget: Budget = QUICK, families: frozenset[str] = ALL_F
         try:
             run_state_machine_as_test(machine, settings=chosen)
         except Exception as exc:  # a broken clause, or anything else the store raised at user code
-            found = {"clause": getattr(exc, "clause", None), "message": f"{type(exc).__name__}: {exc}",
-                     "steps": "\n".join([*printed, *getattr(exc, "__notes__", [])])}
+            found = _found(exc, printed)
         finally:
             target.close()
     if progress is not None:
