@@ -73,6 +73,7 @@ _PRODUCT = (
             "queue_core.completion",
             "queue_core.reads",
             "queue_core.transactions",
+            "queue_core.interrupts",
             "queue_core.rules",
             "queue_core.queues",
             "queue_core.envelope",

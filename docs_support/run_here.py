@@ -24,7 +24,11 @@ NEEDS_A_MACHINE = [
         ),
         "it starts other processes",
     ),
-    (re.compile(r"\b(threading|concurrent\.futures|heartbeat)\b"), "it starts threads"),
+    # work(..., concurrency=N) runs its loop in N threads
+    (
+        re.compile(r"\b(threading|concurrent\.futures|heartbeat)\b|\bconcurrency\s*="),
+        "it starts threads",
+    ),
     (
         re.compile(r"\b(psycopg|postgres(ql)?://)|QUEUE_CORE_PG"),
         "it needs a PostgreSQL server",

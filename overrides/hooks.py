@@ -132,6 +132,8 @@ RUNTIME_FILES = (
     "pyodide-lock.json",
 )
 PACKAGE = ROOT / "queue_core"
+# the lab's engine (docs/lab.md): lab.js writes these into the browser's Python
+LAB_MODULES = ("lab_engine.py", "lab_story.py")
 
 
 def queue_core_zip() -> bytes:
@@ -159,6 +161,11 @@ def on_files(files: Files, config: Any) -> Files:
     files.append(
         File.generated(config, "assets/run/queue_core.zip", content=queue_core_zip())
     )
+    for name in LAB_MODULES:
+        source = ROOT / "docs_support" / name
+        files.append(
+            File.generated(config, f"assets/lab/{name}", abs_src_path=str(source))
+        )
     for path in examples():
         files.append(
             File.generated(config, f"snippets/{path.name}", content=published(path))

@@ -47,6 +47,7 @@ from proof.invariants import (
     losses_and_doubles,
     read_file,
 )
+from proof.kill_sample import KillEvent, KillSample, holds_flock
 from proof.matrix import BOOK, PEN, START, TOY, batch_text, work_folder
 
 __all__ = [
@@ -212,6 +213,15 @@ class _Sessions:
         ).fetchone()
         return row is not None
 
+    def state(self, name: str) -> str | None:
+        """The state of the session named ``name`` (``active``, ``idle``, ...), None without one."""
+        row = self._conn.execute(
+            "SELECT state FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend' AND application_name = %s LIMIT 1",
+            (name,),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def close(self) -> None:
         self._conn.close()
 
@@ -302,6 +312,20 @@ class _Processes:
             lambda: _has_a_socket(process.pid) and sessions.connected(name),
             timeout,
         )
+
+    def doing(self, process: subprocess.Popen[str], opened: bool) -> str:
+        """What ``process`` is doing now, as seen from outside (a key of ``kill_sample.DOING``)."""
+        if not opened:
+            return "starting"
+        if self._sessions is None:
+            turn = Path(f"{self.db}-lock")  # the writers' turn (engines/sqlite_turn.py)
+            return "processing" if holds_flock(process.pid, turn) else "between"
+        state = self._sessions.state(self._names[process.pid]) or ""
+        return "in a transaction" if state.startswith(("active", "idle in")) else "idle"
+
+    def number(self, process: subprocess.Popen[str]) -> int:
+        """Which process of the run this is (1 for the first one started)."""
+        return self.started.index(process) + 1
 
     def worker(self, now: int, lease_seconds: int | None = None) -> _Worker:
         extra: tuple[str, ...] = (
@@ -526,6 +550,9 @@ class ChaosResult(_Result):
     violations: tuple[str, ...]
     seconds: float
     queue: str = DEFAULT_QUEUE  # where the events went: a named queue when they are many
+    # a bounded sample of the kills (proof/kill_sample.py), and of how many kills
+    kill_sample: tuple[dict[str, Any], ...] = ()
+    kill_sample_of: int = 0
 
     @property
     def ok(self) -> bool:
@@ -563,6 +590,7 @@ class _Plan:
     stagger_seconds: int
     lease_seconds: int
     rng: random.Random
+    sample: KillSample  # a bounded sample of the kills, for the page's timeline
 
 
 def chaos(
@@ -655,6 +683,7 @@ def chaos(
         stagger_seconds,
         lease_seconds,
         random.Random(seed),
+        KillSample(seed),
     )
     say = progress or (lambda _message: None)
     tally = _Tally()
@@ -681,7 +710,7 @@ def chaos(
                     plan, sent, root / f"batch-{round_number:03d}.jsonl", tally
                 )
                 _produce(processes, batch, now, round_number, plan, tally)
-                _work_and_kill(processes, now, plan, tally)
+                _work_and_kill(processes, now, round_number, plan, tally)
                 say(
                     f"round {round_number}/{rounds}: {len(sent)} events sent, "
                     f"{tally.worker_kills_sent} worker kills so far"
@@ -748,11 +777,14 @@ def _produce(
         signalled = False
         if kill:
             kill = False
-            if processes.wait_until_open(producer, timeout=5):
+            opened = processes.wait_until_open(producer, timeout=5)
+            if opened:
                 time.sleep(plan.rng.uniform(0, processes.kill_window_seconds))
             if producer.poll() is None:
                 producer.kill()
                 signalled = True
+                event = KillEvent(plan.sample.since(), round_number, "producer", None,
+                                  processes.number(producer), now, opened, "before commit")
         out, err = producer.communicate(timeout=120)
         if producer.returncode == 0:
             answer = json.loads(out)
@@ -762,6 +794,11 @@ def _produce(
                 )
             if killed_before and answer["accepted"] == 0:
                 tally.producer_kills_after_its_commit += 1
+            if killed_before:
+                event.doing = "after commit" if answer["accepted"] == 0 else "before commit"
+                event.next = (f"the resend: {answer['accepted']} accepted, "
+                              f"{answer['duplicates']} duplicates")
+                plan.sample.offer(event)
             return
         if producer.returncode != -signal.SIGKILL or not signalled:
             tally.violations.append(
@@ -773,9 +810,13 @@ def _produce(
         tally.producer_resends += 1
 
 
-def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) -> None:
+def _work_and_kill(
+    processes: _Processes, now: int, round_number: int, plan: _Plan, tally: _Tally
+) -> None:
     """The round's workers, on staggered clocks; some SIGKILLed at random moments and replaced."""
     rng = plan.rng
+    places: dict[int, int] = {}  # id of a worker -> its place (a replacement takes its victim's)
+    events: list[KillEvent] = []
 
     def start(slot: int) -> _Worker:
         tally.worker_processes += 1
@@ -784,13 +825,15 @@ def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) 
         )
 
     crowd = [start(slot) for slot in range(plan.workers)]
+    places.update((id(w), place) for place, w in enumerate(crowd))
     kills = (
         rng.randint(plan.min_kills_per_round, plan.max_kills_per_round)
         if plan.max_kills_per_round
         else 0
     )
     while True:
-        alive = [w for w in crowd if w.process.poll() is None]
+        # a victim already sent its SIGKILL may not have died yet: it is no longer a candidate
+        alive = [w for w in crowd if w.process.poll() is None and not w.killed]
         if not alive:
             break
         if kills == 0:
@@ -802,12 +845,34 @@ def _work_and_kill(processes: _Processes, now: int, plan: _Plan, tally: _Tally) 
         if opened:
             time.sleep(rng.uniform(0, processes.kill_window_seconds))
         if victim.process.poll() is None:
+            doing = processes.doing(victim.process, opened)
             victim.process.send_signal(signal.SIGKILL)
             victim.killed, victim.opened = True, opened
             tally.worker_kills_sent += 1
-            crowd.append(start(crowd.index(victim)))
+            slot = crowd.index(victim)
+            event = KillEvent(plan.sample.since(), round_number, "worker", places[id(victim)],
+                              processes.number(victim.process),
+                              now + slot % (plan.stagger_seconds + 1), opened, doing)
+            replacement = start(slot)
+            places[id(replacement)] = places[id(victim)]
+            event.pending = (slot, len(crowd))  # the victim's index, its replacement's
+            crowd.append(replacement)
+            events.append(event)
+            plan.sample.offer(event)
         kills -= 1
-    tally.exits += _wait_all(crowd)
+    exits = _wait_all(crowd)
+    for event in events:  # what came next, now that every worker of the round has exited
+        victim, replacement = (exits[index] for index in event.pending)
+        event.pending = None
+        if not victim.killed:
+            plan.sample.forget(event)  # it exited by itself just before the signal
+        elif replacement.summary is not None:
+            s = replacement.summary
+            event.next = (f"the worker in its place: claimed {s.claimed}, done {s.done}, "
+                          f"refused by the fence {s.lease_lost}, retried {s.retried}, dead {s.dead}")
+        else:
+            event.next = "the worker in its place was killed too"
+    tally.exits += exits
 
 
 def _final_pass(db: Path | str, now: int, lease_seconds: int, queue: str) -> int:
@@ -901,4 +966,6 @@ def _judge(
         violations=tuple(violations),
         seconds=round(seconds, 1),
         queue=plan.queue,
+        kill_sample=plan.sample.events(),
+        kill_sample_of=plan.sample.seen,
     )

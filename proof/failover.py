@@ -170,6 +170,21 @@ class Node(Cluster):
                 raise ServerError("synchronous_standby_names is still set after the reload")
             time.sleep(0.02)
 
+    def shut_down(self) -> None:
+        """pg_ctl stop (fast), keeping its files: a standby that is down. ``start_again()`` ends it."""
+        self._check("pg_ctl stop", self._run(
+            "pg_ctl", "--pgdata", str(self.data), "--mode", "fast", "--wait", "--timeout",
+            str(int(WAIT_SECONDS)), "--silent", "stop"))
+        self._running = False
+
+    def start_again(self) -> None:
+        """pg_ctl start after ``shut_down()``; a standby then streams from its primary again."""
+        self._running = True
+        self._check("pg_ctl start", self._run(
+            "pg_ctl", "--pgdata", str(self.data), "--log", str(self.log), "--wait",
+            "--timeout", str(int(WAIT_SECONDS)), "--silent", "start"))
+        self._wait_for_connections()
+
     def stop_streaming(self) -> None:
         """Cut the standby off its primary: an empty primary_conninfo ends the walreceiver."""
         self.query("ALTER SYSTEM SET primary_conninfo = ''")

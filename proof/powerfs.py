@@ -14,7 +14,8 @@ and size) and ``fsync`` of a directory (its names) reach the durable image
    still holding a file there is an error of the harness, reported);
 3. the filesystem is unmounted.
 
-``fail(kind, at, ...)`` makes the filesystem fail instead: the ``at``-th
+``hold_fsync(suffix)`` makes the next fsync of such a file wait until
+``release()``: a COMMIT held in its fsync. ``fail(kind, at, ...)`` makes the filesystem fail instead: the ``at``-th
 ``fsync`` or ``write`` from now returns EIO or ENOSPC, once or from then on; a
 failed fsync loses the file's unsynced writes for good (fsyncgate, modelled as
 Linux behaves: ``powerfs_image``). A remount clears it.
@@ -137,6 +138,21 @@ class PowerFS:
         """
         repeat = "always" if always else "once"
         self.ask(" ".join(["fail", kind, str(at), error, repeat, *([suffix] if suffix else [])]))
+
+    def hold_fsync(self, suffix: str) -> None:
+        """The next ``fsync`` of a file whose name ends with ``suffix`` waits until ``release()``.
+
+        ``stats()["held"]`` counts the fsyncs waiting now.
+        """
+        self.ask(f"hold fsync {suffix}")
+
+    def release(self) -> None:
+        """A held ``fsync`` goes on."""
+        self.ask("release")
+
+    def stats(self) -> dict[str, Any]:
+        """The daemon's counts (``stats``)."""
+        return self.ask("stats")
 
     def fail_off(self) -> None:
         """No operation fails any more (the counts in ``stats`` stay)."""

@@ -20,9 +20,12 @@ A control socket, outside the mount, takes one command a connection:
   file's unsynced writes are NOT made durable and are forgotten, so a later
   fsync that succeeds does not bring them back, while processes still read
   them (the page cache keeps them);
+* ``hold fsync SUFFIX``: the next ``fsync`` of a file whose name ends with
+  SUFFIX waits, before it does anything, until ``release`` (a COMMIT held in
+  its fsync, as by a slow disk); ``release`` lets it go on;
 * ``stats``: JSON counts (``frozen`` says whether an armed cut came;
   ``fsyncs`` and ``writes`` count the file syncs and writes asked for,
-  ``failed`` the ones a ``fail`` made fail).
+  ``failed`` the ones a ``fail`` made fail, ``held`` the fsyncs waiting now).
 
 Locks are not implemented on purpose: without ``lock`` and ``flock``
 operations the kernel keeps POSIX and ``flock`` locks itself, between the
@@ -98,7 +101,9 @@ class PowerOperations:
         self.changes = 0  # changes that reached the live image
         self.armed: int | None = None  # freeze at this many more changes
         self.fault: Fault | None = None
-        self.counts = {"fsyncs": 0, "writes": 0, "failed": 0}
+        self.counts = {"fsyncs": 0, "writes": 0, "failed": 0, "held": 0}
+        self.hold: str | None = None  # the suffix of the next fsync to hold
+        self.released = threading.Event()
 
     def _real(self, path: str) -> str:
         return os.path.join(self.live, path.lstrip("/"))
@@ -225,7 +230,19 @@ class PowerOperations:
             return 0
         return self._change(truncate)
 
+    def _held(self, path: str) -> None:
+        """The fsync that ``hold`` named waits here (outside the mutex) until ``release``."""
+        with self._mutex:
+            if self.hold is None or not path.endswith(self.hold):
+                return
+            self.hold = None
+            self.counts["held"] += 1
+        self.released.wait()
+        with self._mutex:
+            self.counts["held"] -= 1
+
     def fsync(self, path: str, datasync: int, fh: int) -> int:
+        self._held(self._name(path, fh))
         return self._change(lambda: self.images.sync_file(fh), "fsync", self._name(path, fh),
                             lambda: self.images.sync_failed(fh)) or 0
 
@@ -297,6 +314,13 @@ class PowerOperations:
             fault = Fault.parse(words)
             if fault is not None:
                 self.fault = fault
+                return {"ok": True}
+            if len(words) == 3 and words[:2] == ["hold", "fsync"]:
+                self.hold = words[2]
+                self.released.clear()
+                return {"ok": True}
+            if words == ["release"]:
+                self.released.set()
                 return {"ok": True}
             if len(words) == 2 and words[0] == "arm" and words[1].isdigit():
                 self.armed = int(words[1])

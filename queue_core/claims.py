@@ -1,9 +1,11 @@
 """Claiming: a lease on the next message, one or a batch, and redrive.
 
 A claim chooses a ready message (or a leased one whose lease ran out) in the
-order ``available_at, event_id`` and leases it with the next generation, in
-one transaction; a message whose last allowed lease ran out goes to dead
-instead. Redrive gives dead messages a new cycle.
+claim order, ``priority DESC, available_at, event_id`` (the highest priority
+first, then the earliest ``available_at``, then the event id bytewise), and
+leases it with the next generation, in one transaction; a message whose last
+allowed lease ran out goes to dead instead. A batch comes back in that order.
+Redrive gives dead messages a new cycle.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Final
 from .errors import NotDead, UnknownEvent
 from .rules import LEASE_EXPIRED, check_count
 from .scope import Scope
-from .transactions import Transactions, Tx
-from .values import Claimed, Lease, Message, new_lease_token
+from .transactions import Transactions, Tx, dooms_on_failure
+from .values import Claimed, Lease, new_lease_token
 
 # Dead messages redrive_all gives a new cycle per transaction (and statement).
 REDRIVE_CHUNK: Final = 1_000
@@ -42,6 +44,7 @@ class Claiming:
         lease_seconds = self._scope.lease_seconds_for(lease_seconds)
         return self._runner._write("claim", lambda tx: self.claim_tx(tx, lease_seconds))
 
+    @dooms_on_failure
     def claim_tx(
         self, tx: Tx, lease_seconds: int | None = None
     ) -> Lease | None:
@@ -49,8 +52,8 @@ class Claiming:
 
         A ready message whose ``available_at`` has come, or a leased one whose
         lease has expired (applied lazily here; there is no sweeper). Order:
-        ``available_at, event_id``. A message whose last allowed claim expired
-        goes to dead instead, and the search goes on.
+        ``priority DESC, available_at, event_id``. A message whose last allowed
+        claim expired goes to dead instead, and the search goes on.
         """
         taken = self._claim(tx, 1, self._scope.lease_seconds_for(lease_seconds))
         return taken[0].lease if taken else None
@@ -63,7 +66,8 @@ class Claiming:
         whose last allowed lease ran out goes to dead in it (a silent death
         spent the budget), and the search goes on past it. The clock is read
         once: what has come is decided on it rounded down, a new lease counts
-        from it rounded up. One claim token for the whole claim.
+        from it rounded up. One claim token for the whole claim. The leases
+        come back in the claim order, so a batch is completed in it too.
         """
         token = new_lease_token()  # one per claim: the generation names the row
         times = tx.times(lease_seconds)
@@ -79,9 +83,6 @@ class Claiming:
                 times=times,
                 lease_expired=LEASE_EXPIRED,
             )
-            # RETURNING gives no order: the claim order is available_at, event_id
-            if len(taken) > 1:
-                taken.sort(key=_claim_order)
             for message in taken:
                 if message.state == "leased" and message.lease_until is not None:
                     lease = Lease(
@@ -97,6 +98,8 @@ class Claiming:
             # with dead ones in it: look again)
             if len(taken) < wanted:
                 break
+        # RETURNING gives no order: the claim order, as the statement's ORDER BY
+        claimed.sort(key=_claim_order)
         return claimed
 
     # ------------------------------------------------ the worker's claim
@@ -131,6 +134,7 @@ class Claiming:
         lease_seconds = self._scope.lease_seconds_for(lease_seconds)
         return self._runner._alone(lambda tx: self.claim_messages_tx(tx, count, lease_seconds))
 
+    @dooms_on_failure
     def claim_messages_tx(
         self, tx: Tx, count: int, lease_seconds: int | None = None
     ) -> list[Claimed]:
@@ -158,6 +162,7 @@ class Claiming:
             "claim_many", lambda tx: self.claim_many_tx(tx, count, lease_seconds)
         )
 
+    @dooms_on_failure
     def claim_many_tx(
         self, tx: Tx, count: int, lease_seconds: int | None = None
     ) -> list[Lease]:
@@ -184,6 +189,7 @@ class Claiming:
         ids = list(dict.fromkeys(event_ids))  # the same id twice is one request
         return self._runner._write("redrive", lambda tx: self.redrive_tx(tx, ids))
 
+    @dooms_on_failure
     def redrive_tx(self, tx: Tx, event_ids: Iterable[str]) -> list[str]:
         """Reset ``attempts`` and make dead messages available now.
 
@@ -191,8 +197,9 @@ class Claiming:
         cycle still cannot complete. Any id that is not dead rejects them all.
         """
         now = tx.now()
-        done: list[str] = []
-        for event_id in event_ids:
+        ids = list(dict.fromkeys(event_ids))  # the same id twice is one request
+        # every id is checked before the first is written: a refusal writes nothing
+        for event_id in ids:
             state = tx.ops.state(tx.conn, self._scope.queue, event_id)
             self._scope.at("redrive.after_read")
             if state is None:
@@ -201,10 +208,10 @@ class Claiming:
                 raise NotDead(
                     f"{event_id} is {state}; only dead messages can be redriven"
                 )
+        for event_id in ids:
             tx.ops.redrive(tx.conn, self._scope.queue, event_id, now)
             self._scope.at("redrive.after_update")
-            done.append(event_id)
-        return done
+        return ids
 
     def redrive_all(self, code: str | None = None) -> list[str]:
         """Give every dead message (of one error ``code``) a new cycle; returns the ids.
@@ -231,6 +238,7 @@ class Claiming:
             done += chunk
             after = chunk[-1]
 
+    @dooms_on_failure
     def redrive_all_tx(self, tx: Tx, code: str | None = None) -> list[str]:
         """``redrive_all`` inside the caller's transaction (all of it in that one)."""
         check_error_code(code)
@@ -268,5 +276,11 @@ def check_error_code(code: object) -> None:
         )
 
 
-def _claim_order(message: Message) -> tuple[int, str]:
-    return message.available_at, message.event_id
+def _claim_order(claimed: Claimed) -> tuple[int, int, str]:
+    """The claim order of ``claim_messages``' ORDER BY: priority DESC, available_at, event_id.
+
+    Python compares strings by code point, which is the bytewise order of
+    their UTF-8 (SQLite's BINARY, PostgreSQL's COLLATE "C").
+    """
+    message = claimed.message
+    return -message.priority, message.available_at, message.event_id

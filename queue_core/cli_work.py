@@ -5,7 +5,10 @@ would, from the working directory first and then ``sys.path``. A worker
 stops between two messages: SIGTERM (a service manager's stop) and the first
 Ctrl-C set a flag that the loop reads before each claim, so the message in
 hand is finished; a second Ctrl-C interrupts at once, and the worker rolls its
-transaction back and gives its lease back before it exits.
+transaction back and gives its lease back before it exits. A COMMIT in
+flight is never interrupted (``interrupts``): the second Ctrl-C waits until it
+returned and its outcome is counted, saying so once; Ctrl-C again changes
+nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final, cast
 
+from . import interrupts
 from .handlers import check_handler_shape
 from .queues import DEFAULT_QUEUE
 from .rules import MessageHandler
@@ -32,6 +36,12 @@ _SPEC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*(?:\.[A-Za-
 # said once, on the first Ctrl-C, straight to the terminal (safe in a signal handler)
 _FIRST_INTERRUPT = (
     b"queue-core: stopping after the message in hand (Ctrl-C again to stop now)\n"
+)
+# said once, when a Ctrl-C has to wait for a COMMIT in flight (a synchronous
+# standby that is down holds it until it is back)
+_WAITING_FOR_COMMIT: Final = (
+    b"queue-core: waiting for the COMMIT in flight, then stopping "
+    b"(Ctrl-C cannot cancel it)\n"
 )
 
 
@@ -139,17 +149,28 @@ class Stopping:
 def stopping_on_signals() -> Iterator[Stopping]:
     """While the block runs: SIGTERM and a first SIGINT set ``stop``; a second SIGINT interrupts.
 
-    Only the main thread can take signals; elsewhere the block runs without.
+    The second waits for a COMMIT in flight in this thread (``interrupts``);
+    either way ``_WAITING_FOR_COMMIT`` is said once on stderr when one has to
+    wait. Only the main thread can take signals; elsewhere the block runs
+    without.
     """
     stopping = Stopping()
     if threading.current_thread() is not threading.main_thread():
         yield stopping
         return
+    said: list[bool] = []
+
+    def waiting() -> None:
+        if not said:
+            said.append(True)
+            os.write(2, _WAITING_FOR_COMMIT)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         again = signum == signal.SIGINT and signal.SIGINT in stopping.received
         stopping.received.append(signum)
         if again:
+            if interrupts.hold_back():  # raised when the COMMIT returned
+                return
             raise KeyboardInterrupt
         if signum == signal.SIGINT:
             os.write(2, _FIRST_INTERRUPT)
@@ -159,7 +180,8 @@ def stopping_on_signals() -> Iterator[Stopping]:
         sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
     }
     try:
-        yield stopping
+        with interrupts.saying(waiting):
+            yield stopping
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -9,15 +9,15 @@ transaction), and raises ``LeaseLost`` otherwise.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .engines import THREADS
-from .errors import LeaseLost, NoThreads, StorageError, check_retry_after
-from .heartbeat import Heartbeat
+from .errors import HandlerFailure, LeaseLost, StorageError, check_retry_after
+from .heartbeat import Heartbeat, check_heartbeat
 from .rules import (
     MAX_BATCH,
     MessageHandler,
+    Refused,
     check_code,
     check_handler,
     check_lease,
@@ -27,8 +27,13 @@ from .rules import (
     retry_draw,
 )
 from .scope import Scope
-from .transactions import Transactions, Tx
+from .transactions import Transactions, Tx, dooms_on_failure
 from .values import Claimed, Completion, Lease, Message, Outcome
+
+
+# The queue's own savepoints (engines/caller_statements.py refuses a caller's use).
+_MESSAGE = "queue_core_message"
+_BATCH = "queue_core_batch"
 
 
 class Completing:
@@ -80,27 +85,27 @@ class Completing:
         transaction, and a lost lease undoes this message only (complete_many
         goes on with the next one).
         """
-        tx.raise_if_statement_failed()  # a caller's earlier failure is not forgotten
-        tx.conn.execute("SAVEPOINT message")
+        tx.raise_if_doomed()  # a caller's earlier failure is not forgotten
+        tx.savepoint(_MESSAGE)
         try:
-            result = self._effects_then_ack(tx, [(lease, claimed)], handler)[0]
-        except _Refused as refused:
-            if not tx.conn.in_transaction:
-                # SQLite itself ended the transaction (e.g. a full disk):
-                # nothing is left to record the refusal in
-                raise refused.error from None
-            # undo the handler's writes; the read before them wrote nothing
-            tx.conn.execute("ROLLBACK TO message")
-            tx.failed_statement = None
-            result = self._refuse(
-                tx, lease, *refusal(refused.error), retry_after_of(refused.error)
-            )
+            try:
+                result = self._effects_then_ack(tx, [(lease, claimed)], handler)[0]
+            except Refused as refused:
+                if not tx.conn.in_transaction:
+                    # SQLite itself ended the transaction (e.g. a full disk):
+                    # nothing is left to record the refusal in
+                    raise refused.error from None
+                # undo the handler's writes; the read before them wrote nothing
+                tx.rollback_to(_MESSAGE)
+                result = self._refuse(
+                    tx, lease, *refusal(refused.error), retry_after_of(refused.error)
+                )
         except LeaseLost:
             if tx.conn.in_transaction:
-                tx.conn.execute("ROLLBACK TO message")
-                tx.conn.execute("RELEASE message")
+                tx.rollback_to(_MESSAGE)
+                tx.release(_MESSAGE)
             raise
-        tx.conn.execute("RELEASE message")
+        tx.release(_MESSAGE)
         return result
 
     def _effects_then_ack(
@@ -110,10 +115,10 @@ class Completing:
 
         A message not given is read first, fenced, from the database (the
         payload never comes from the caller). A handler that refuses or raises
-        ends it with ``_Refused``; the caller undoes the effects and records
+        ends it with ``Refused``; the caller undoes the effects and records
         the refusal (``_refuse``), in this transaction or in one of its own.
         """
-        tx.raise_if_statement_failed()
+        tx.raise_if_doomed()
         read: list[Lease] = []
         for lease, message in batch:
             if message is None:
@@ -122,9 +127,16 @@ class Completing:
                 self._scope.at("complete.after_read")
             try:
                 handler(tx, message)
-                tx.raise_if_statement_failed()
+                tx.raise_if_doomed()  # a failure it caught, or a fence it let pass
             except Exception as exc:
-                raise _Refused(exc) from exc
+                # what raised after a caught failure (PostgreSQL refuses every
+                # later statement) is its consequence: the failure is the reason
+                doomed = tx.doom_error()
+                if doomed is not None and not isinstance(exc, HandlerFailure) and (
+                    exc is not tx.doom_cause
+                ):
+                    raise Refused(doomed) from exc
+                raise Refused(exc) from exc
             self._scope.at("complete.after_effect")
         leases = [lease for lease, _ in batch]
         if not read:
@@ -146,23 +158,22 @@ class Completing:
         the whole attempt and returns None: the caller then completes the
         messages one at a time, which says what happened to each.
         """
-        tx.raise_if_statement_failed()  # a caller's earlier failure is not forgotten
-        tx.conn.execute("SAVEPOINT batch")
+        tx.raise_if_doomed()  # a caller's earlier failure is not forgotten
+        tx.savepoint(_BATCH)
         try:
             with tx.engine.together(tx.conn):
                 done = self._effects_then_ack(
                     tx, [(c.lease, c.message) for c in batch], handler
                 )
-        except (_Refused, LeaseLost, StorageError) as unusual:
+        except (Refused, LeaseLost, StorageError) as unusual:
             if not tx.conn.in_transaction:
                 # SQLite itself ended the transaction (e.g. a full disk): nothing
                 # is left to undo to, or to record a refusal in
-                raise (unusual.error if isinstance(unusual, _Refused) else unusual) from None
-            tx.conn.execute("ROLLBACK TO batch")
-            tx.conn.execute("RELEASE batch")
-            tx.failed_statement = None
+                raise (unusual.error if isinstance(unusual, Refused) else unusual) from None
+            tx.rollback_to(_BATCH)
+            tx.release(_BATCH)
             return None
-        tx.conn.execute("RELEASE batch")
+        tx.release(_BATCH)
         return done
 
     def complete_message(self, claimed: Claimed, handler: MessageHandler) -> Completion:
@@ -191,7 +202,7 @@ class Completing:
             return self._runner._write(
                 "complete", lambda tx: self._effects_then_ack(tx, pair, handler)[0]
             )
-        except _Refused as refused:
+        except Refused as refused:
             code, detail, permanent = refusal(refused.error)
             after = retry_after_of(refused.error)
         return self._runner._write(
@@ -199,6 +210,7 @@ class Completing:
             lambda tx: self._refuse(tx, claimed.lease, code, detail, permanent, after),
         )
 
+    @dooms_on_failure
     def ack_tx(self, tx: Tx, lease: Lease) -> Completion:
         """The fence and the ACK in one statement, with the engine's clock.
 
@@ -206,9 +218,10 @@ class Completing:
         lease; otherwise raises ``LeaseLost`` saying why. Raises
         ``StatementFailed`` instead if a statement run through ``tx`` failed.
         """
-        tx.raise_if_statement_failed()
+        tx.raise_if_doomed()
         return self._ack(tx, [lease], tx.times())[0]
 
+    @dooms_on_failure
     def leased_tx(self, tx: Tx, lease: Lease) -> Message:
         """The message if ``lease`` is its current, unexpired lease, else ``LeaseLost``.
 
@@ -242,17 +255,19 @@ class Completing:
             )
         return message
 
+    @dooms_on_failure
     def complete_tx(self, tx: Tx, lease: Lease) -> Completion:
         """The ACK inside the caller's transaction, after the caller's own writes.
 
         Re-checks the lease (the work may have taken long) and marks the
-        message done. If fencing refuses it raises ``LeaseLost``; let it
-        escape ``store.transaction()`` so your writes roll back with it.
-        A statement of yours that failed in ``tx``, even one whose error you
-        caught, makes it raise ``StatementFailed`` instead of acknowledging.
+        message done. If fencing refuses it raises ``LeaseLost`` and dooms
+        ``tx``: your writes roll back with it, and if you catch the error,
+        the transaction's COMMIT raises ``LeaseLost`` again. A statement of
+        yours that failed in ``tx``, even one whose error you caught, makes it
+        raise ``StatementFailed`` instead of acknowledging.
         """
         check_lease(lease)
-        tx.raise_if_statement_failed()
+        tx.raise_if_doomed()
         now = tx.now()
         self._recheck(tx, lease, now)
         return self._ack(tx, [lease], {"now": now})[0]
@@ -301,6 +316,7 @@ class Completing:
         check_lease(lease)
         return self._runner._write("release", lambda tx: self.release_tx(tx, lease))
 
+    @dooms_on_failure
     def release_tx(self, tx: Tx, lease: Lease) -> Completion:
         """``release`` inside the caller's transaction."""
         self.leased_tx(tx, lease)  # the fence: raises LeaseLost saying why
@@ -339,6 +355,7 @@ class Completing:
             "extend", lambda tx: self.extend_tx(tx, lease, lease_seconds)
         )
 
+    @dooms_on_failure
     def extend_tx(
         self, tx: Tx, lease: Lease, lease_seconds: int | None = None
     ) -> Lease:
@@ -367,9 +384,7 @@ class Completing:
     def heartbeat(
         self, lease: Lease, *, every: float, lease_seconds: int | None = None
     ) -> Heartbeat:
-        """Keep extending ``lease`` every ``every`` seconds while long work runs.
-
-        The extensions run in a background thread.
+        """Keep extending ``lease`` every ``every`` seconds, from a thread, while long work runs.
 
         Use it around work done between ``claim`` and ``complete``::
 
@@ -384,15 +399,7 @@ class Completing:
         """
         check_lease(lease)
         lease_seconds = self._scope.lease_seconds_for(lease_seconds)
-        if not every > 0:
-            raise ValueError(
-                f"every must be a positive number of seconds, got {every!r}"
-            )
-        if not THREADS:
-            raise NoThreads(
-                "a heartbeat extends the lease from a thread, and this Python"
-                f" ({sys.platform}) cannot start one: run this on a machine"
-            )
+        check_heartbeat(every, threads=THREADS)
         return Heartbeat(self, lease, every, lease_seconds)
 
     # ------------------------------------------------------------------ fail
@@ -435,6 +442,7 @@ class Completing:
             ),
         )
 
+    @dooms_on_failure
     def fail_tx(
         self,
         tx: Tx,
@@ -518,9 +526,7 @@ class Completing:
     def complete_many(
         self, leases: Iterable[Lease | Claimed], handler: MessageHandler
     ) -> list[Completion]:
-        """Complete several leased messages in one transaction.
-
-        Each message has its own effect and ACK.
+        """Complete several leased messages in one transaction, each with its own effect and ACK.
 
         Every message runs exactly as in ``complete`` (fenced check, the
         handler's writes, re-check, ACK), inside a savepoint of its own: its
@@ -547,14 +553,27 @@ class Completing:
             )
         check_handler(handler)
         return self._runner._write(
-            "complete_many", lambda tx: self.complete_many_tx(tx, batch, handler)
+            "complete_many", lambda tx: self._complete_many_in(tx, batch, handler)
         )
 
+    @dooms_on_failure
     def complete_many_tx(
         self, tx: Tx, leases: Iterable[Lease | Claimed], handler: MessageHandler
     ) -> list[Completion]:
-        """``complete_many`` inside the caller's transaction."""
-        batch = list(leases)
+        """``complete_many`` inside the caller's transaction; a lost lease dooms ``tx``.
+
+        The store cannot tell which of your own writes in ``tx`` belonged to
+        that message, so its COMMIT raises ``LeaseLost`` (as after ``complete_tx``).
+        """
+        results = self._complete_many_in(tx, list(leases), handler)
+        lost = [r for r in results if r.outcome is Outcome.LEASE_LOST]
+        if lost:
+            tx.doom(LeaseLost(f"{lost[0].event_id}: {lost[0].detail}"))
+        return results
+
+    def _complete_many_in(
+        self, tx: Tx, batch: list[Lease | Claimed], handler: MessageHandler
+    ) -> list[Completion]:
         claimed = [item for item in batch if isinstance(item, Claimed)]
         if claimed and len(claimed) == len(batch):
             done = self._complete_claimed_tx(tx, claimed, handler)
@@ -567,8 +586,7 @@ class Completing:
                 if isinstance(item, Claimed)
                 else (item, None)
             )
-            try:
-                # undoes its own message on LeaseLost
+            try:  # undoes its own message on LeaseLost
                 results.append(self._complete_with(tx, lease, handler, message))
             except LeaseLost as lost:
                 results.append(
@@ -580,11 +598,3 @@ class Completing:
                     )
                 )
         return results
-
-
-class _Refused(Exception):
-    """A handler's exception, carried out of the completion's transaction."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error

@@ -16,7 +16,7 @@ from .envelope import Batch, check_batch, parse_batch, parse_items, payload_dige
 from .errors import BatchRejected
 from .rules import DEFAULT_PRIORITY, available_at, check_at, check_delay, check_priority
 from .scope import Scope
-from .transactions import Transactions, Tx
+from .transactions import Transactions, Tx, dooms_on_failure
 from .values import EnqueueResult
 
 class Enqueueing:
@@ -118,6 +118,7 @@ class Enqueueing:
             lambda tx: self.enqueue_tx(tx, batch, delay, at=when, priority=priority),
         )
 
+    @dooms_on_failure
     def enqueue_tx(
         self,
         tx: Tx,

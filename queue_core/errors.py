@@ -134,7 +134,9 @@ class LeaseLost(QueueError):
     """Fencing refused the operation: the lease expired or was re-issued.
 
     The transaction that tried to complete or fail the message was
-    rolled back; whatever effect it had inserted is gone with it.
+    rolled back; whatever effect it had inserted is gone with it. Inside
+    ``store.transaction()`` the refusal dooms the transaction: caught or
+    not, its COMMIT raises ``LeaseLost`` and nothing of it is written.
     """
 
     code = "lease_lost"
@@ -149,11 +151,25 @@ class StatementFailed(QueueError):
     without the write that failed. queue_core refuses the ACK on both: the
     completion is rolled back, and on the worker's path the message is
     refused like a handler that raised (temporary: retried after a backoff).
-    A ``ROLLBACK TO`` a savepoint after the failure, the recovery both
-    engines allow, clears it.
+    The transaction stays doomed: a ``ROLLBACK TO`` a savepoint, opened
+    before or after the failure, does not let it commit. Raised by the
+    COMMIT of such a transaction too.
     """
 
     code = "statement_failed"
+
+
+class StatementRefused(StatementFailed):
+    """A statement given to ``Tx.execute`` that the store does not run.
+
+    Codes: ``transaction_control`` (it would begin or end the transaction,
+    which the store does), ``multiple_statements`` (one statement per call),
+    ``reserved_savepoint`` (it names one of the store's own savepoints,
+    ``queue_core_...``).
+    Like any failed statement it dooms the transaction.
+    """
+
+    code = "statement_refused"
 
 
 class StorageError(QueueError):

@@ -7,11 +7,23 @@ and is kept in ``lost``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Protocol
 
-from .errors import LeaseLost, StorageError
+from .errors import LeaseLost, NoThreads, StorageError
 from .values import Lease
+
+
+def check_heartbeat(every: float, *, threads: bool) -> None:
+    """Refuse a heartbeat that could not beat: a period of 0 or less, or no threads."""
+    if not every > 0:
+        raise ValueError(f"every must be a positive number of seconds, got {every!r}")
+    if not threads:
+        raise NoThreads(
+            "a heartbeat extends the lease from a thread, and this Python"
+            f" ({sys.platform}) cannot start one: run this on a machine"
+        )
 
 
 class Extends(Protocol):

@@ -12,7 +12,7 @@ from typing import Final
 from .envelope import payload_digest
 from .errors import UnknownEvent
 from .scope import Scope
-from .transactions import Transactions, Tx
+from .transactions import Transactions, Tx, dooms_on_failure
 from .values import STATES, Latency, Message, Metrics, Pruned, StateCounts
 
 # Payloads prune reads and rewrites per statement.
@@ -79,6 +79,7 @@ class Reading:
             )
         return self._runner._write(None, lambda tx: self.prune_tx(tx, older_than_seconds))
 
+    @dooms_on_failure
     def prune_tx(self, tx: Tx, older_than_seconds: int) -> Pruned:
         """``prune`` inside the caller's transaction."""
         cutoff = tx.now() - older_than_seconds
@@ -135,6 +136,7 @@ class Reading:
             )
         return self._runner._write(None, lambda tx: self.purge_tx(tx, state))
 
+    @dooms_on_failure
     def purge_tx(self, tx: Tx, state: str) -> int:
         """``purge`` inside the caller's transaction."""
         if state not in ("ready", "dead"):

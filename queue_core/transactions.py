@@ -7,37 +7,40 @@ fsyncs). A write first waits for its writers' turn where the engine has one,
 then begins before it reads; a read gets one consistent view. A database
 that stays busy past the engine's own wait is retried with backoff until
 ``busy_retry_seconds``. The probe is told each named step it reaches.
+
+A transaction in which a statement failed, or a fence refused, is *doomed*:
+nothing the caller does inside it (catching the error, savepoints opened
+before or after it) lets it commit; its COMMIT raises instead. Only the
+queue's own savepoints, which undo everything after them, lift a doom.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, NoReturn, ParamSpec, TypeVar
 
+from . import interrupts
 from .clock import Clock, lease_deadline
 from .engines import Connection, Engine, Rows
-from .errors import StatementFailed, StorageError
+from .errors import InputError, LeaseLost, StatementFailed, StatementRefused, StorageError
 
 if TYPE_CHECKING:
     from .engines.queries import Operations
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 Probe = Callable[[str], None]  # told each named step of an operation as it is reached
 
 # Errors after which a connection is kept; after any other, it is closed and reopened.
 _CONNECTION_STAYS_USABLE: Final = frozenset({"database_busy", "constraint_violation"})
-
-
-# A rollback to a savepoint: the recovery after a failed statement that both
-# engines allow (PostgreSQL refuses anything else in that transaction).
-_ROLLBACK_TO = re.compile(r"\s*ROLLBACK\s+(TRANSACTION\s+)?TO\b", re.IGNORECASE)
 
 
 class Tx:
@@ -59,9 +62,12 @@ class Tx:
         self.clock = clock
         # no clock was given and the engine has one of its own (PostgreSQL's)
         self._server_clock = server_clock
-        # The first of the caller's statements that failed (since the last
-        # ROLLBACK TO): an ACK must not commit past a write that did not happen.
-        self.failed_statement: Exception | None = None
+        # What doomed this transaction first (a failed statement, a refused
+        # fence), or None: an ACK must not commit past a write that did not
+        # happen, nor a refused attempt's effect.
+        self._doomed: BaseException | None = None
+        # the queue's own open savepoints, each with the doom it was opened under
+        self._savepoints: list[tuple[str, BaseException | None]] = []
 
     def now(self) -> int:
         """Read the clock again, in whole seconds rounded down.
@@ -100,28 +106,112 @@ class Tx:
     def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> Rows:
         """Run one statement of yours, with ``?`` placeholders, in this transaction.
 
-        The same text runs on both engines. A statement that fails refuses
-        this transaction's ACK even if you catch its error, until a
-        ``ROLLBACK TO`` a savepoint (run here too) undoes what came after it.
+        The same text runs on both engines. One statement per call; a
+        statement that would begin or end the transaction (``BEGIN``,
+        ``COMMIT``, ``ROLLBACK`` without ``TO``) is refused
+        (``StatementRefused``): the store begins and ends it. A statement
+        that fails dooms the transaction, even if you catch its error and
+        even after a ``ROLLBACK TO``: its ACK is refused (``StatementFailed``)
+        and its COMMIT raises. Write a statement that may clash so that it
+        cannot fail (``INSERT ... ON CONFLICT DO NOTHING``), or run it in a
+        transaction of its own.
         """
         try:
             rows = self.conn.execute(self.engine.caller_sql(sql), params)
-        except Exception as exc:
-            if self.failed_statement is None:
-                self.failed_statement = exc
+        except BaseException as exc:
+            self.doom(exc)
             raise
-        if _ROLLBACK_TO.match(sql):
-            self.failed_statement = None
         return rows
 
-    def raise_if_statement_failed(self) -> None:
-        """Raise ``StatementFailed`` if one of the caller's statements failed."""
-        failed = self.failed_statement
-        if failed is not None:
-            raise StatementFailed(
-                "a statement run through the transaction failed, so it cannot "
-                f"be acknowledged: {type(failed).__name__}: {failed}"
+    # ------------------------------------------------------------------ doom
+
+    @property
+    def doomed(self) -> bool:
+        """Whether a failed statement or a refused fence keeps this transaction from committing."""
+        return self._doomed is not None
+
+    @property
+    def doom_cause(self) -> BaseException | None:
+        """The error that doomed this transaction first, as it was raised; None if none did."""
+        return self._doomed
+
+    def doom(self, why: BaseException) -> None:
+        """Keep this transaction from committing; ``why`` is said when it tries (the first is kept)."""
+        if self._doomed is None:
+            self._doomed = why
+
+    def raise_if_doomed(self) -> None:
+        """Raise what keeps this transaction from committing, if anything does."""
+        why = self.doom_error()
+        if why is not None:
+            raise why from self._doomed
+
+    def doom_error(self) -> LeaseLost | StatementFailed | None:
+        """The error that says why this transaction cannot commit; None if it can.
+
+        ``LeaseLost`` after a refused fence, ``StatementFailed`` after a
+        failed statement (or an operation that failed part way).
+        """
+        why = self._doomed
+        if why is None:
+            return None
+        if isinstance(why, LeaseLost):
+            return LeaseLost(
+                "the transaction cannot commit: a fence refused it earlier "
+                f"({why.message})"
             )
+        if isinstance(why, StatementFailed) and not isinstance(why, StatementRefused):
+            return why
+        return StatementFailed(
+            "a statement run through the transaction failed, so it cannot "
+            f"commit: {type(why).__name__}: {why}",
+            code=why.code if isinstance(why, StatementRefused) else None,
+        )
+
+    # ----------------------------------------------- the queue's savepoints
+
+    def savepoint(self, name: str) -> None:
+        """Open one of the queue's own savepoints (``name`` is the queue's, never a caller's)."""
+        self.conn.execute(f"SAVEPOINT {name}")
+        self._savepoints.append((name, self._doomed))
+
+    def rollback_to(self, name: str) -> None:
+        """Undo everything after savepoint ``name``, the doom of it included; it stays open."""
+        self.conn.execute(f"ROLLBACK TO {name}")
+        while self._savepoints[-1][0] != name:
+            self._savepoints.pop()
+        self._doomed = self._savepoints[-1][1]
+
+    def release(self, name: str) -> None:
+        """Close savepoint ``name``, keeping what came after it."""
+        self.conn.execute(f"RELEASE {name}")
+        while self._savepoints.pop()[0] != name:
+            pass
+
+
+def dooms_on_failure(
+    operation: Callable[Concatenate[S, Tx, P], T],
+) -> Callable[Concatenate[S, Tx, P], T]:
+    """Mark a ``*_tx`` operation: when it fails, the caller's transaction is doomed.
+
+    A refused fence (``LeaseLost``), a failed statement, anything unforeseen:
+    the operation may have written part of its work, so the caller, who may
+    catch the error, must not be able to commit the rest. A refused request
+    (``InputError``) and refused arguments (``TypeError``, ``ValueError``) are
+    raised before the operation writes anything, and doom nothing.
+    """
+
+    @functools.wraps(operation)
+    def dooming(self: S, tx: Tx, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return operation(self, tx, *args, **kwargs)
+        except (InputError, TypeError, ValueError):
+            raise
+        except BaseException as failed:
+            tx.doom(failed)
+            raise
+
+    return dooming
 
 
 class Transactions:
@@ -289,7 +379,9 @@ class Transactions:
         with self._connection() as conn, self.writer_turn():
             try:
                 self._begin(conn, operation if probed else None)
-                yield self._tx(conn)
+                tx = self._tx(conn)
+                yield tx
+                tx.raise_if_doomed()
                 self._commit(conn, operation if probed else None)
             except BaseException as exc:
                 self._roll_back(conn, exc)
@@ -304,7 +396,8 @@ class Transactions:
     def _commit(self, conn: Connection, probed_operation: str | None) -> None:
         if probed_operation:
             self._at(f"{probed_operation}.before_commit")
-        conn.execute("COMMIT")
+        with interrupts.committing():  # never cancelled by the queue's own Ctrl-C
+            conn.execute("COMMIT")
 
     def _roll_back(self, conn: Connection, exc: BaseException) -> NoReturn:
         """Undo the open transaction after ``exc`` and raise it.
@@ -387,7 +480,9 @@ class Transactions:
             with self.writer_turn():
                 try:
                     self._begin(conn, operation if probed else None)
-                    result = body(self._tx(conn))
+                    tx = self._tx(conn)
+                    result = body(tx)
+                    tx.raise_if_doomed()
                     self._commit(conn, operation if probed else None)
                 except BaseException as exc:
                     self._roll_back(conn, exc)
@@ -417,7 +512,8 @@ class Transactions:
             try:
                 with self.writer_turn():
                     try:
-                        return body(self._tx(conn))
+                        with interrupts.committing():  # the statement commits
+                            return body(self._tx(conn))
                     except Exception as exc:
                         self._raise(exc)
             except StorageError as exc:

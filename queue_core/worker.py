@@ -8,7 +8,8 @@ for example by a signal handler) ends either kind between two messages: the
 message in hand is finished first. Interrupted in the middle of one
 (``KeyboardInterrupt``), the worker rolls its transaction back, gives the
 lease in hand back (``Store.release``) and raises ``WorkInterrupted`` with
-what it did so far.
+what it did so far; an interruption that comes during a COMMIT is raised once
+that COMMIT returned and is counted (``interrupts``: ``recorded()`` below).
 Several workers may run at once on one file; the store waits out the lock.
 A handler that raises is recorded on its message by the store (``handler_error``
 or the refusal's own code) and the loop goes on with the next message.
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
+from . import interrupts
 from .errors import LeaseLost, StorageError
 from .handlers import check_handler_shape
 from .rules import (
@@ -423,31 +425,32 @@ def _loop(
 ) -> None:
     config, stop = plan.config, plan.stop
     pause = config.poll_seconds
-    while not stop.is_set() and run.remaining() > 0:
-        try:
-            worked = _turn(store, handler, plan, run, hand)
-        except StorageError as error:
-            if not config.forever or error.code not in PASSING_ERRORS:
-                raise
-            hand.clear()  # out of reach: those leases run out by themselves
-            if plan.on_error is not None:
-                plan.on_error(error, pause)
-            stop.wait(pause)
-            pause = min(pause * 2, MAX_PAUSE_SECONDS)
-            continue
-        pause = config.poll_seconds
-        # A plain handler's turn may have done messages before it found none; a
-        # LongHandler's turn is one message or none.
-        if plan.progress is not None and (
-            worked or not isinstance(handler, LongHandler)
-        ):
-            # outside the turn: a slow display never holds the writers
-            plan.progress(run.summary())
-        if worked:
-            continue
-        if not config.forever:
-            return
-        stop.wait(config.poll_seconds)  # nothing available now: look again later
+    with interrupts.recording():  # a second Ctrl-C comes after a COMMIT is counted
+        while not stop.is_set() and run.remaining() > 0:
+            try:
+                worked = _turn(store, handler, plan, run, hand)
+            except StorageError as error:
+                if not config.forever or error.code not in PASSING_ERRORS:
+                    raise
+                hand.clear()  # out of reach: those leases run out by themselves
+                if plan.on_error is not None:
+                    plan.on_error(error, pause)
+                stop.wait(pause)
+                pause = min(pause * 2, MAX_PAUSE_SECONDS)
+                continue
+            pause = config.poll_seconds
+            # A plain handler's turn may have done messages before it found none; a
+            # LongHandler's turn is one message or none.
+            if plan.progress is not None and (
+                worked or not isinstance(handler, LongHandler)
+            ):
+                # outside the turn: a slow display never holds the writers
+                plan.progress(run.summary())
+            if worked:
+                continue
+            if not config.forever:
+                return
+            stop.wait(config.poll_seconds)  # nothing available now: look again later
 
 
 def _turn(
@@ -466,6 +469,7 @@ def _turn(
             outcome = _long_step(store, handler, plan.lease_seconds, plan.every, hand)
         finally:
             run.settle(1, [] if outcome is None else [outcome])
+            interrupts.recorded()
         return outcome is not None
     # One turn for a slice of messages, then let a waiting worker in: fair
     # between processes, without trading places at every transaction.
@@ -480,6 +484,7 @@ def _turn(
                 outcomes = _step(store, handler, plan.lease_seconds, wanted, hand)
             finally:
                 run.settle(wanted, outcomes)
+                interrupts.recorded()
             if not outcomes:
                 return False
             if time.monotonic() >= slice_ends:
@@ -502,6 +507,7 @@ def _step(
     if wanted > 1:
         batch = store.claim_messages(wanted, lease_seconds)
         hand[:] = [claimed.lease for claimed in batch]
+        interrupts.recorded()
         outcomes = (
             [c.outcome for c in store.complete_many(batch, handler)] if batch else []
         )
@@ -512,6 +518,7 @@ def _step(
     if one is None:
         return []
     hand[:] = [one.lease]
+    interrupts.recorded()
     try:
         outcome = store.complete_message(one, handler).outcome
     except LeaseLost:
@@ -543,6 +550,7 @@ def _long_step(
         return None
     lease, message = claimed
     hand[:] = [lease]
+    interrupts.recorded()
     outcome = _prepare_and_complete(
         store, handler, lease, message, every, lease_seconds, hand
     )

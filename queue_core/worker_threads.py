@@ -13,20 +13,23 @@ in the calling thread (a second Ctrl-C) is raised in every worker thread too,
 and again after 1, 3 and 7 seconds in a thread that has not ended (Python
 drops such an exception when it lands in a finalizer). Each thread's
 transaction rolls back as it ends; the calling thread then gives back the
-leases its threads held. A thread blocked in one long call outside Python (a
-read without a timeout) takes the interruption only when the call returns;
-the calling thread waits at most ``GIVE_BACK_SECONDS``, and a lease still in
-such a thread's hand runs out by itself.
+leases its threads held. A thread inside a COMMIT takes the interruption
+only when the COMMIT returned and its outcome is counted (``interrupts``):
+the calling thread waits for it however long that takes, and Ctrl-C again
+does not cut that wait short. A thread blocked in one long call outside
+Python (a read without a timeout) takes the interruption only when the call
+returns; the calling thread waits at most ``GIVE_BACK_SECONDS`` for it, and a
+lease still in such a thread's hand runs out by itself.
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from . import interrupts
 from .values import Outcome
 
 MAX_CONCURRENCY = 64  # threads of one worker process
@@ -159,8 +162,12 @@ class Threads:
     ) -> None:
         self._stop = stop
         self._body = body
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _committing() is called holding it
         self._running: set[int] = set()  # threads still inside body
+        # set as each thread leaves body: Thread.is_alive() cannot say, since a
+        # join() that a KeyboardInterrupt interrupts marks the thread it waited
+        # for as stopped while it still runs (CPython 3.11, bpo-45274's fix)
+        self._left = [threading.Event() for _ in range(count)]
         self._errors: list[BaseException] = []
         self._threads = [
             threading.Thread(
@@ -189,8 +196,8 @@ class Threads:
             raise self._errors[0]
 
     def ended(self, index: int) -> bool:
-        """Whether thread ``index`` has ended (its hand can be read safely)."""
-        return not self._threads[index].is_alive()
+        """Whether thread ``index`` has left its body (its hand can be read safely)."""
+        return self._left[index].is_set()
 
     def _main(self, index: int) -> None:
         with self._lock:
@@ -206,29 +213,40 @@ class Threads:
         finally:
             with self._lock:
                 self._running.discard(threading.get_ident())
+            interrupts.forget(threading.get_ident())
+            self._left[index].set()
 
     def _interrupt(self) -> None:
         self._stop.set()
         now = time.monotonic()
         deadline, again, gap = now + GIVE_BACK_SECONDS, now, 1.0
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._running:
-                    break
-                if (
-                    time.monotonic() >= again
-                ):  # again later, seldom: a rollback is short
-                    for ident in self._running:
-                        _raise_in(ident, KeyboardInterrupt)
-                    again, gap = time.monotonic() + gap, gap * 2
-            for thread in self._threads:
-                thread.join(_JOIN_SLICE_SECONDS / len(self._threads))
+        # Ctrl-C again while a thread's COMMIT is in flight is held back by the
+        # signal handler (a KeyboardInterrupt could land on any line of this wait)
+        with interrupts.waiting_for(self._committing):
+            self._wait_for_threads(deadline, again, gap)
         for thread in self._threads:  # out of _running: its last lines
             thread.join(max(0.0, deadline - time.monotonic()))
 
+    def _wait_for_threads(self, deadline: float, again: float, gap: float) -> None:
+        while True:
+            try:
+                with self._lock:
+                    if not self._running or (
+                        time.monotonic() >= deadline and not self._committing()
+                    ):
+                        break
+                    # again later, seldom: a rollback is short
+                    if time.monotonic() >= again:
+                        for ident in self._running:
+                            interrupts.interrupt_thread(ident)  # or after its COMMIT
+                        again, gap = time.monotonic() + gap, gap * 2
+                for thread in self._threads:
+                    thread.join(_JOIN_SLICE_SECONDS / len(self._threads))
+            except KeyboardInterrupt:
+                if not self._committing():  # Ctrl-C again: stop waiting, unless
+                    raise  # a thread's COMMIT is in flight: that is waited for
 
-def _raise_in(ident: int, exc: type[BaseException]) -> None:
-    """Raise ``exc`` in the thread ``ident`` when it next runs Python code."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(ident), ctypes.py_object(exc)
-    )
+    def _committing(self) -> bool:
+        """Whether a running thread is inside a COMMIT (or has not counted it yet)."""
+        with self._lock:
+            return any(interrupts.holding(ident) for ident in self._running)

@@ -120,6 +120,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a claim takes the oldest available message, not the one of the highest priority",
     ),
     Mutation(
+        "batch_order_ignores_priority", "queue_core/claims.py",
+        (("    return -message.priority, message.available_at, message.event_id",
+          "    return 0, message.available_at, message.event_id"),),
+        "a batch comes back, and is completed, oldest first, not in the claim order",
+    ),
+    Mutation(
+        "max_messages_ignores_reservations", "queue_core/worker_threads.py",
+        (("        return self.limit - self.claimed - self.reserved",
+          "        return self.limit - self.claimed"),),
+        "max_messages counts only finished claims: N threads together claim more than it",
+    ),
+    Mutation(
+        "read_only_store_writes", "queue_core/engines/sqlite.py",
+        (("        if self.read_only:\n            return connect_read_only(",
+          "        if False:\n            return connect_read_only("),
+         ("        if self.read_only:\n            raise refuse_write(self.where)",
+          "        if False:\n            raise refuse_write(self.where)")),
+        "a store opened read-only writes like any other",
+    ),
+    Mutation(
         "claim_ignores_queue", S,
         (("WHERE queue = :queue AND state IN ('ready', 'leased')",
           "WHERE :queue <> '' AND state IN ('ready', 'leased')"),

@@ -9,7 +9,9 @@ name and the plan, a JSON list of steps:
 * ``{"do": "claim", "lease": N}``: claim one message, keep its lease;
 * ``{"do": "enqueue", "id": "E0002"}``: enqueue one message;
 * ``{"do": "pause", "name": "x"}``: write ``x.reached``, wait for ``x``;
-* ``{"do": "complete"}``: complete every lease kept, with the effect below.
+* ``{"do": "complete"}``: complete every lease kept, with the effect below;
+* ``{"do": "fail"}``: report a temporary failure of every lease kept (its
+  ``available_at``: now by the deciding clock plus the backoff).
 
 ``{"client_clock": true}`` before the plan (a negative control) gives the
 store this host's clock explicitly: on PostgreSQL the client's time then
@@ -88,6 +90,9 @@ def run(store: Store, folder: Path, worker: str, plan: list[dict[str, Any]]) -> 
                     outcomes.append("lease_lost")
             held.clear()
             seen.append(outcomes)
+        elif step["do"] == "fail":
+            seen.append([store.fail(lease, "timeout").available_at for lease in held])
+            held.clear()
     return seen
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 
@@ -41,3 +42,20 @@ def until(condition: Callable[[], bool], timeout: float = 10, what: str = "nothi
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.005)
+
+
+# `python -m queue_core` with the COMMIT guard switched off (queue_core/interrupts.py):
+# the path before it, for the negative controls of tests/conformance/test_commit_in_flight.py
+# and tests/test_sync_standby_commit.py. A seam of the tests, not an option of the command.
+GUARD_OFF = (
+    "import contextlib, sys\n"
+    "from queue_core import interrupts\n"
+    "interrupts.committing = contextlib.nullcontext\n"
+    "from queue_core.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def queue_core_command(guarded: bool = True) -> list[str]:
+    """The argv that starts ``queue-core`` in a child process; ``guarded=False``: with the guard off."""
+    return [sys.executable, "-m", "queue_core"] if guarded else [sys.executable, "-c", GUARD_OFF]

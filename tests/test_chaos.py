@@ -22,6 +22,7 @@ from queue_core import Handler, ModelClock, Store, ledger, work
 from queue_core.store import BUSY_TIMEOUT_MS
 from proof import records
 from proof.chaos import NAMED_QUEUE, QUICK, ChaosResult, ContentionResult, _unique_key_refusals, chaos, contention
+from proof.kill_sample import DOING, SAMPLE_SIZE
 from proof.invariants import check_invariants, read_file
 
 from .postgres_server import PORT, SERVER_USER, Cluster
@@ -104,6 +105,23 @@ def test_no_process_failed_except_by_a_kill(random_kills: ChaosResult) -> None:
     assert c.worker_errors == 0
     assert c.tracebacks == 0
     assert c.clean_worker_exits + c.worker_kills == c.worker_processes
+
+
+def test_the_run_keeps_a_bounded_sample_of_its_kills(random_kills: ChaosResult) -> None:
+    """Each kill that killed is offered to the sample once (proof/kill_sample.py), the page draws it."""
+    c = random_kills
+    assert c.kill_sample_of == c.kills > 0  # every kill, and no SIGKILL that missed
+    assert len(c.kill_sample) == min(SAMPLE_SIZE, c.kills)
+    times = [e["t"] for e in c.kill_sample]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] <= c.seconds
+    assert {e["doing"] for e in c.kill_sample} <= set(DOING)
+    workers = [e for e in c.kill_sample if e["who"] == "worker"]
+    producers = [e for e in c.kill_sample if e["who"] == "producer"]
+    assert len(workers) + len(producers) == len(c.kill_sample)
+    assert all(0 <= e["slot"] < c.workers_at_once and e["next"].startswith("the worker in its place")
+               for e in workers)
+    assert all(e["doing"] in ("before commit", "after commit") and e["next"].startswith("the resend: ")
+               for e in producers)
 
 
 def test_eight_workers_wait_out_the_write_lock_and_exit_cleanly(crowd: ContentionResult) -> None:

@@ -27,6 +27,7 @@ from queue_core.store import LEASE_EXPIRED
 ROOT = Path(__file__).resolve().parent.parent
 GLOSSARY = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
 TOOLTIPS = (ROOT / "docs" / "includes" / "glossary-terms.md").read_text(encoding="utf-8")
+PG_DURABILITY = (ROOT / "docs" / "includes" / "pg-durability.md").read_text(encoding="utf-8")
 # The protocol's own words: defined in the glossary, with a tooltip in both cases.
 # ("queue" has no tooltip: the word is everywhere, and on the page that compares
 # real queues a tooltip saying "the messages table of one SQLite file" would be false.)
@@ -153,9 +154,13 @@ def test_the_glossary_defines_every_word_of_the_promise() -> None:
     token = flat(entries["Claim token"])
     assert "fencing token" in token and "generation and the claim token together" in token
     durable = flat(entries["Durable, storage that keeps its promises"])
-    for fact in ["a COMMIT it reported stays", "`synchronous = FULL` in WAL mode", "`fsync = on`",
-                 "synchronous replication", "Asynchronous replication can lose"]:
+    for fact in ["a COMMIT it reported stays", "`synchronous = FULL` in WAL mode",
+                 '--8<-- "docs/includes/pg-durability.md"']:
         assert fact in durable, fact
+    postgres = flat(PG_DURABILITY)  # PostgreSQL's conditions, written once and included
+    for fact in ["`fsync = on`", "`synchronous_commit`", "`synchronous_standby_names`",
+                 "was not cancelled", "asynchronous standby can lose acknowledged commits"]:
+        assert fact in postgres, fact
     # "token" alone is not a word of this site: always "claim token" (or Kleppmann's "fencing token")
     for term, text in entries.items():
         # (`Lease.token` names the attribute; "token" in quotes names the word)
@@ -217,7 +222,8 @@ def test_no_page_other_than_the_glossary_redefines_a_term() -> None:
 def test_the_numbers_in_the_glossary_are_the_codes() -> None:
     entries = definitions()
     assert flat(entries["Attempt budget"]).startswith(f"{NUMBER_WORDS[MAX_ATTEMPTS]} claims per cycle (`MAX_ATTEMPTS`")
-    assert "the third can still end `done`" in flat(entries["Attempt budget"]) and MAX_ATTEMPTS == 3
+    assert "(in `default`, the third) can still end `done`" in flat(entries["Attempt budget"])
+    assert MAX_ATTEMPTS == 3
     backoff = f"{backoff_seconds(1)} s after the first attempt, {backoff_seconds(2)} s after the second"
     assert backoff in flat(entries["Backoff"])
     assert backoff in tooltip_terms()["backoff"] and backoff in tooltip_terms()["Backoff"]

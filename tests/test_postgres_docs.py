@@ -227,7 +227,7 @@ class Recorder:
 
 
 def record_receipt(tx: Tx) -> receipts.Recorded:
-    return receipts.record(tx, "north", "op-1", {"amount_cents": 10000}, lambda: "E0001")
+    return receipts.record(tx, "north", "op-1", {"amount_cents": 10000}, lambda: "E0001", scope="checkout")
 
 
 def test_the_statements_on_the_page_are_what_a_real_server_receives(
@@ -251,6 +251,10 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
         recorded("enqueue", lambda tx: code_only.enqueue_tx(tx, parse_batch(batch)))
         lease = recorded("claim", lambda tx: code_only.claim_tx(tx, 30))
         recorded("complete", lambda tx: code_only._complete_with(tx, lease, Handler()))
+        code_only.enqueue(LINE % ("E0002", 2000))
+        claimed = code_only.claim_message(30)
+        recorded("complete_message",
+                 lambda tx: code_only._effects_then_ack(tx, [(claimed.lease, claimed.message)], Handler()))
         recorded("now", lambda tx: tx.now(), server_clock=True)
         recorded("receipt", record_receipt)
         lite.close()
@@ -293,15 +297,20 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
             "complete": between_begin_and_commit(lambda: store.complete(lease, Handler())),
             "receipt": between_begin_and_commit(in_a_transaction(store, record_receipt)),
         }
+        store.enqueue(LINE % ("E0002", 2000))
+        on_server = store.claim_message(30)
+        assert on_server is not None and on_server.lease == claimed.lease
+        real["complete_message"] = between_begin_and_commit(
+            lambda: store.complete_message(on_server, Handler()))
         monkeypatch.setattr(PostgresConnection, "execute", original)
-        assert ledger.effects(store) == [("E0001", "book", 10000)]  # the real run did complete
+        assert ledger.effects(store) == [("E0001", "book", 10000), ("E0002", "book", 2000)]  # the real runs did complete
         assert [(r.tenant, r.operation, r.effect) for r in receipts.stored(store)] == [("north", "op-1", "E0001")]
     with Store(postgres_url) as server_clock:  # no clock given: the server's
         monkeypatch.setattr(PostgresConnection, "execute", keep)
         real["now"] = between_begin_and_commit(in_a_transaction(server_clock, lambda tx: tx.now()))
         monkeypatch.setattr(PostgresConnection, "execute", original)
 
-    for operation in ("enqueue", "claim", "complete", "now", "receipt"):
+    for operation in ("enqueue", "claim", "complete", "complete_message", "now", "receipt"):
         assert real[operation] == stand_in[operation], operation
     # And the page's claims about them are not vacuous: they are the named statements.
     assert real["claim"][0][0] == POSTGRESQL.sql("claim_messages")
@@ -310,8 +319,11 @@ def test_the_statements_on_the_page_are_what_a_real_server_receives(
     assert real["enqueue"][0][0].startswith("SELECT pg_advisory_xact_lock(")
     assert POSTGRESQL.sql("lease_locked").endswith(" FOR UPDATE")
     assert any(sql == POSTGRESQL.sql("lease_locked") for sql, _ in real["complete"])
+    # the worker's completion reads nothing before its effect: the fenced ACK is its last statement
+    assert all(sql != POSTGRESQL.sql("lease_locked") for sql, _ in real["complete_message"])
+    assert real["complete_message"][-1][0] == POSTGRESQL.sql("fenced_move")
     assert real["now"] == [(POSTGRESQL.sql("server_time"), ())]
-    assert real["receipt"][0] == (POSTGRESQL.sql("receipt_turn"), {"tenant": "north", "operation": "op-1"})
+    assert real["receipt"][0] == (POSTGRESQL.sql("receipt_turn"), {"scope": "checkout", "tenant": "north", "operation": "op-1"})
 
 
 # ---------------------------------------------------- enqueues take turns

@@ -578,8 +578,9 @@ def test_a_transaction_that_opens_with_a_script_or_executemany_still_rolls_back_
         with pytest.raises(RuntimeError, match="undo"):
             with store.transaction() as tx:
                 tx.conn.executemany(
-                    "INSERT INTO receipts (tenant, operation, payload, effect) VALUES (%s, %s, %s, %s)",
-                    [("north", "op-1", "{}", "E0001")])
+                    "INSERT INTO receipts (scope, tenant, operation, payload, effect)"
+                    " VALUES (%s, %s, %s, %s, %s)",
+                    [("default", "north", "op-1", "{}", "E0001")])
                 raise RuntimeError("undo")
         assert receipts.stored(store) == []
 

@@ -266,7 +266,7 @@ SETUP = (
     "INSERT INTO messages (event_id, payload, state, attempts, generation, available_at)"
     " VALUES ('E0001', '{\"amount_cents\":100,\"category\":\"book\"}', 'done', 1, 1, 1000)",
     "INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'book', 100)",
-    "INSERT INTO receipts (tenant, operation, payload, effect) VALUES ('north', 'op-1', '{\"cents\":500}', 'E0001')",
+    "INSERT INTO receipts (tenant, operation, payload, effect, scope) VALUES ('north', 'op-1', '{\"cents\":500}', 'E0001', 'default')",
     "INSERT INTO queues (name, id_pattern, max_attempts, lease_seconds, max_payload_bytes) VALUES ('other', '.+', 3, 30, 10000)",  # a queue of your own ids (version 4)
     "INSERT INTO migration_lines VALUES ('ledger', 1)",  # the ledger's line (version 6)
 )
@@ -297,11 +297,16 @@ IMPOSSIBLE = [
     # test_migration.py: a detail needs its code, also on UPDATE.
     ("UPDATE messages SET last_detail = 'why' WHERE event_id = 'E0001'", "CheckViolation",
      "messages_last_detail_with_error"),
-    # test_receipts.py::test_receipts_table_is_strict_with_a_tenant_operation_key (the blob: see differences).
-    ("INSERT INTO receipts VALUES ('north', 'op-1', '{}', 'again')", "UniqueViolation", "receipts_pkey"),
-    ("INSERT INTO receipts VALUES ('', 'op', '{}', 'e')", "CheckViolation", "receipts_tenant_length"),
-    ("INSERT INTO receipts VALUES ('t', 'op', 'not json', 'e')", "CheckViolation", "receipts_payload_json"),
-    ("INSERT INTO receipts VALUES ('t', 'op', '{}', '')", "CheckViolation", "receipts_effect_nonempty"),
+    # test_receipts.py::test_receipts_table_is_strict_with_a_scope_tenant_operation_key (the blob: see differences).
+    ("INSERT INTO receipts VALUES ('north', 'op-1', '{}', 'again', 'default', NULL)", "UniqueViolation", "receipts_pkey"),
+    ("INSERT INTO receipts VALUES ('', 'op', '{}', 'e', 'default', NULL)", "CheckViolation", "receipts_tenant_length"),
+    ("INSERT INTO receipts VALUES ('t', 'op', 'not json', 'e', 'default', NULL)", "CheckViolation", "receipts_payload_json"),
+    ("INSERT INTO receipts VALUES ('t', 'op', '{}', '', 'default', NULL)", "CheckViolation", "receipts_effect_nonempty"),
+    ("INSERT INTO receipts VALUES ('t', 'op', '{}', 'e', '', NULL)", "CheckViolation", "receipts_scope_length"),
+    ("INSERT INTO receipts VALUES ('t', 'op', '{}', 'e', repeat('s', 201), NULL)", "CheckViolation",
+     "receipts_scope_length"),
+    ("INSERT INTO receipts VALUES ('t', 'op', '{}', 'e', 's', '')", "CheckViolation",
+     "receipts_effect_queue_length"),
     # Every other CHECK of the queue's migrations and the ledger's line, each refusing its row.
     (f"{MSG}) VALUES ('E0001', '{{}}', 'ready', 0)", "UniqueViolation", "messages_pkey"),
     (f"{MSG}) VALUES ('E00091', '{{}}', 'ready', 0)", "CheckViolation", "messages_event_id_format"),
@@ -341,11 +346,11 @@ IMPOSSIBLE = [
      "effects_category_nonempty"),
     ("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0001', 'book', -5)", "CheckViolation",
      "effects_amount_positive"),
-    ("INSERT INTO receipts VALUES (repeat('t', 201), 'op', '{}', 'e')", "CheckViolation", "receipts_tenant_length"),
-    ("INSERT INTO receipts VALUES ('t', '', '{}', 'e')", "CheckViolation", "receipts_operation_length"),
-    ("INSERT INTO receipts VALUES ('t', repeat('o', 201), '{}', 'e')", "CheckViolation",
+    ("INSERT INTO receipts VALUES (repeat('t', 201), 'op', '{}', 'e', 'default', NULL)", "CheckViolation", "receipts_tenant_length"),
+    ("INSERT INTO receipts VALUES ('t', '', '{}', 'e', 'default', NULL)", "CheckViolation", "receipts_operation_length"),
+    ("INSERT INTO receipts VALUES ('t', repeat('o', 201), '{}', 'e', 'default', NULL)", "CheckViolation",
      "receipts_operation_length"),
-    ("INSERT INTO receipts VALUES ('t', 'op', '{\"a\" 1}', 'e')", "CheckViolation", "receipts_payload_json"),
+    ("INSERT INTO receipts VALUES ('t', 'op', '{\"a\" 1}', 'e', 'default', NULL)", "CheckViolation", "receipts_payload_json"),
     # Version 3: the metrics' times and counts, and what prune keeps.
     (f"{MSG}, enqueued_at) VALUES ('E0009', '{{}}', 'ready', 0, -1)", "CheckViolation",
      "messages_enqueued_at_nonnegative"),
@@ -499,7 +504,7 @@ def test_a_valid_row_in_every_state_is_accepted(queue: Any) -> None:
         for row in VALID_ROWS:
             queue.execute(insert, row)
         queue.execute("INSERT INTO effects (event_id, category, amount_cents) VALUES ('E0005', 'pen', 2000)")
-        queue.execute("INSERT INTO receipts VALUES ('north', 'op-2', '[1,\"x\"]', 'E0005')")  # any JSON
+        queue.execute("INSERT INTO receipts VALUES ('north', 'op-2', '[1,\"x\"]', 'E0005', 'default', NULL)")  # any JSON
     stored = queue.execute("SELECT * FROM messages WHERE event_id <> 'E0001' ORDER BY event_id").fetchall()
     # version 4: the queue; version 5: the lease's token (0: none); version 8:
     # the retries (0); version 9: the priority (0 by default), last
@@ -543,12 +548,12 @@ def test_postgres_differs_where_it_converts_on_assignment(queue: Any) -> None:
     queue.execute("INSERT INTO messages (event_id, payload, state, attempts, available_at)"
                   " VALUES ('E0009', '{}', 'ready', 1.5, 0)")
     assert queue.execute("SELECT attempts FROM messages WHERE event_id = 'E0009'").fetchone() == (2,)
-    queue.execute("INSERT INTO receipts VALUES ('t', '\\x6f70'::bytea, '{}', 'e')")
+    queue.execute("INSERT INTO receipts VALUES ('t', '\\x6f70'::bytea, '{}', 'e', 'default', NULL)")
     assert queue.execute("SELECT operation FROM receipts WHERE tenant = 't'").fetchone() == ("\\x6f70",)
     with closing(sqlite_queue()) as lite:
         for sql in ("INSERT INTO messages (event_id, payload, state, attempts, available_at)"
                     " VALUES ('E0009', '{}', 'ready', 1.5, 0)",
-                    "INSERT INTO receipts VALUES ('t', X'6f70', '{}', 'e')"):
+                    "INSERT INTO receipts VALUES ('t', X'6f70', '{}', 'e', 'default', NULL)"):
             with pytest.raises(sqlite3.IntegrityError):
                 lite.execute(sql)
 

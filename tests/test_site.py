@@ -566,6 +566,7 @@ def test_screenshots_of_four_pages(browser, served_site: str, built_site: Path) 
     ("from queue_core.demo import DEMO_BATCH", "it starts other processes"),
     ("from queue_core.app.crash_child import run_crashing", "it starts other processes"),
     ("import threading", "it starts threads"),
+    ("work(store, handler, concurrency=4)", "it starts threads"),
     ("Store('postgresql://app@db/queue')", "it needs a PostgreSQL server"),
     ("from proof.powerfs_image import Images", "it reads this repository"),
     ("# the proof of it\nfrom queue_core import Store", None),

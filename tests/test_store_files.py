@@ -108,3 +108,25 @@ def test_two_stores_initialising_one_file_agree(tmp_path: Path) -> None:
     second = Store(db)  # already initialised: opens, does not re-create
     first.enqueue(line("E0001"))
     assert second.status().messages == {"ready": 1, "leased": 0, "done": 0, "dead": 0}
+
+
+@pytest.mark.parametrize("with_wal", [False, True])
+def test_a_copy_without_its_wal_file_loses_the_latest_commits(tmp_path: Path, with_wal: bool) -> None:
+    # limits.md, "how to lose data", 1: the latest commits live in the -wal file until a
+    # checkpoint, so a copy of the database file alone shows a done message back in
+    # leased. The negative control copies the -wal file with it and keeps everything.
+    db, copy = tmp_path / "queue.sqlite3", tmp_path / "copy" / "queue.sqlite3"
+    copy.parent.mkdir()
+    with Store(db, clock=ModelClock(1000)) as store:
+        store.enqueue(line("E0001"))
+        lease = store.claim(30)
+        other = sqlite3.connect(db)  # the claim into the database file itself
+        assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # not busy
+        other.close()
+        store.complete(lease, lambda tx, message: None)  # in the -wal file only
+        assert db.with_name(db.name + "-wal").stat().st_size > 0
+        shutil.copyfile(db, copy)  # while the store is open: its WAL is not checkpointed
+        if with_wal:
+            shutil.copyfile(db.with_name(db.name + "-wal"), copy.with_name(copy.name + "-wal"))
+    with Store(copy, clock=ModelClock(1000), create=False) as copied:
+        assert copied.message("E0001").state == ("done" if with_wal else "leased")

@@ -73,3 +73,43 @@ def test_a_frozen_config_is_shared_between_runs(store: Store) -> None:
     stop = threading.Event()
     assert work(store, Handler(), config, stop=stop) == WorkSummary(claimed=2, done=2)
     assert work(store, Handler(), config, stop=stop) == WorkSummary(claimed=2, done=2)
+
+
+@pytest.mark.parametrize("code, waited_out", [("connection_lost", True), ("cannot_connect", True),
+                                              ("database_busy", True), ("io_error", False)])
+def test_a_forever_worker_waits_out_a_passing_error_doubling_its_pause_to_the_cap(
+        store: Store, monkeypatch: pytest.MonkeyPatch, code: str, waited_out: bool) -> None:
+    # The pages say a --forever worker waits out connection_lost, cannot_connect and
+    # database_busy, pausing twice as long each time up to MAX_PAUSE_SECONDS, and that
+    # any other storage error ends it. The cap is made small here so that the test waits
+    # milliseconds; the negative control is io_error, which is not waited out.
+    from queue_core import StorageError, worker
+
+    monkeypatch.setattr(worker, "MAX_PAUSE_SECONDS", 0.08)
+    calls = 0
+
+    def failing_turn(*args: object) -> bool:
+        nonlocal calls
+        calls += 1
+        raise StorageError("the database went away", code=code)
+
+    monkeypatch.setattr(worker, "_turn", failing_turn)
+    stop = threading.Event()
+    pauses: list[float] = []
+
+    def on_error(error: StorageError, pause: float) -> None:
+        assert error.code == code
+        pauses.append(pause)
+        if len(pauses) == 6:
+            stop.set()
+
+    if not waited_out:
+        with pytest.raises(StorageError) as raised:
+            work(store, Handler(), forever=True, poll_seconds=0.01, stop=stop, on_error=on_error)
+        assert (raised.value.code, calls, pauses) == (code, 1, [])
+        return
+    assert work(store, Handler(), forever=True, poll_seconds=0.01, stop=stop, on_error=on_error) == WorkSummary()
+    assert pauses == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
+    # a finite worker waits out nothing: the first such error ends it
+    with pytest.raises(StorageError):
+        work(store, Handler(), on_error=on_error)

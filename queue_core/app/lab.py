@@ -50,6 +50,7 @@ TITLES = {
     "expiry": "a lease cannot be received twice; an old delivery cannot ACK",
 }
 LEASE_TICKS = 5
+SCOPE = "checkout"  # the application's charges: the receipts' namespace
 TENANT = "north"
 OPERATION = "order-17:charge"
 PAYLOAD = {"amount_cents": 10000}
@@ -190,7 +191,9 @@ class App:
 
             if not with_receipt:
                 return f"writes the effect ({write_effect()}), no receipt"
-            recorded = receipts.record(conn, TENANT, OPERATION, PAYLOAD, write_effect)
+            recorded = receipts.record(
+                conn, TENANT, OPERATION, PAYLOAD, write_effect, scope=SCOPE
+            )
             if recorded.reused:
                 return (
                     f"finds the receipt and reuses the effect ({recorded.effect}); "

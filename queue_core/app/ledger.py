@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from ..engines import MigrationLine, line_is_current, register_line
 from ..errors import PermanentFailure, WrongPath
+from ..receipts import Receipt
 from ..store import Store
 from ..transactions import Tx
 from ..values import Message, StateCounts
@@ -241,11 +242,18 @@ def effects_tx(view: Tx) -> list[tuple[str, str, int]]:
     ]
 
 
-def has_effect(tx: Tx, event_id: str) -> bool:
-    """Whether the ledger holds the effect of ``event_id`` (a receipt points to it)."""
+def has_effect(tx: Tx, receipt: Receipt) -> bool:
+    """Whether the ledger holds the effect a receipt names (``ReceiptHandler``'s ``effect_exists``).
+
+    The effect of a queue's message: its queue and event id. A receipt whose
+    effect is not a queue message's (``effect_queue`` None) names nothing here.
+    """
+    if receipt.effect_queue is None:
+        return False
     return (
         tx.execute(
-            "SELECT 1 FROM effects WHERE queue = ? AND event_id = ?", (tx.queue, event_id)
+            "SELECT 1 FROM effects WHERE queue = ? AND event_id = ?",
+            (receipt.effect_queue, receipt.effect),
         ).fetchone()
         is not None
     )

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
-from ..errors import StorageError, WrongPath
+from ..errors import StatementRefused, StorageError, WrongPath
 from . import (
     APPLICATION_ID,
     REKEYED,
@@ -38,6 +38,7 @@ from . import (
     needs_migration,
     refuse_write,
 )
+from .caller_statements import after_comments, check_caller_statement
 from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("postgres_migrations")
@@ -96,7 +97,8 @@ _CALLER_SQL = re.compile(
         | \$(?P<tag>(?:[A-Za-z_][A-Za-z_0-9]*)?)\$.*?\$(?P=tag)\$
         )
       | (?P<comment>/\*)
-      | (?P<mark>\?)""",
+      | (?P<mark>\?)
+      | (?P<end>;)""",
     re.VERBOSE | re.DOTALL,
 )
 
@@ -413,10 +415,13 @@ def caller_sql(sql: str) -> str:
     """A caller's SQL with psycopg's placeholders: each ``?`` placeholder becomes ``%s``.
 
     A literal ``%`` is doubled; a ``?`` in a comment, a string, a quoted name
-    or a dollar-quoted body is left as it is. (A ``?`` meant as PostgreSQL's
+    or a dollar-quoted body is left as it is. A statement that would begin or
+    end the transaction, or a second statement after a ``;``, is refused
+    (``StatementRefused``). (A ``?`` meant as PostgreSQL's
     jsonb operator is a placeholder here: write ``jsonb_exists(...)``.)
     Each distinct statement is rewritten once.
     """
+    check_caller_statement(sql, nested_comments=True)
     text = sql.replace("%", "%%")
     out: list[str] = []
     at = 0
@@ -426,6 +431,16 @@ def caller_sql(sql: str) -> str:
             out.append(text[at:])
             return "".join(out)
         out.append(text[at:found.start()])
+        if found.group("end"):
+            # psycopg would send a text without parameters as a simple query,
+            # which runs every statement in it: one per call, as sqlite3 has it
+            if after_comments(text, found.end(), True) < len(text):
+                raise StatementRefused(
+                    "one statement per call: the text goes on after a ';'",
+                    code="multiple_statements",
+                )
+            out.append(text[found.start():])
+            return "".join(out)
         if found.group("mark"):
             out.append("%s")
             at = found.end()

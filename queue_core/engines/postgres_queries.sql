@@ -14,8 +14,8 @@
 SELECT pg_advisory_xact_lock(1363373939);
 
 -- name: receipt_turn
--- Receipts of one key take turns, on two hashed keys.
-SELECT pg_advisory_xact_lock(hashtext(%(tenant)s), hashtext(%(operation)s));
+-- Receipts of one key take turns, on two hashed keys (the scope with the tenant).
+SELECT pg_advisory_xact_lock(hashtext(%(scope)s || '/' || %(tenant)s), hashtext(%(operation)s));
 
 -- name: server_time
 -- The server's clock in seconds, with its fraction: one clock for every host.
@@ -248,15 +248,16 @@ FROM queues ORDER BY name;
 SELECT queue, state, count(*) FROM messages GROUP BY queue, state;
 
 -- name: receipt_lookup
-SELECT tenant, operation, payload, effect FROM receipts
-WHERE tenant = %(tenant)s AND operation = %(operation)s;
+SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts
+WHERE scope = %(scope)s AND tenant = %(tenant)s AND operation = %(operation)s;
 
 -- name: receipt_insert
-INSERT INTO receipts (tenant, operation, payload, effect)
-VALUES (%(tenant)s, %(operation)s, %(payload)s, %(effect)s);
+INSERT INTO receipts (scope, tenant, operation, payload, effect_queue, effect)
+VALUES (%(scope)s, %(tenant)s, %(operation)s, %(payload)s, %(effect_queue)s, %(effect)s);
 
 -- name: receipt_all
-SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation;
+SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts
+ORDER BY scope, tenant, operation;
 
 -- name: table_exists
 -- Read from the catalog with the statement's own snapshot: to_regclass would

@@ -46,6 +46,14 @@ class Query:
     sql: str
 
 
+# A receipt as stored: scope, tenant, operation, payload, effect, effect_queue.
+ReceiptRow = tuple[str, str, str, str, str, "str | None"]
+
+
+def _receipt_row(row: Any) -> ReceiptRow:
+    return (row[0], row[1], row[2], row[3], row[4], None if row[5] is None else str(row[5]))
+
+
 def load(package: str, filename: str) -> dict[str, Query]:
     """The named statements of one ``.sql`` file of ``package``, by name."""
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
@@ -295,30 +303,42 @@ class Operations:
 
     # ------------------------------------------------------------ receipts
 
-    def receipt_turn(self, conn: Connection, tenant: str, operation: str) -> None:
+    def receipt_turn(self, conn: Connection, scope: str, tenant: str, operation: str) -> None:
         """Make this key's writers take turns (where no write lock does it)."""
         turn = self._q.get("receipt_turn")
         if turn is not None:
-            conn.execute(turn, {"tenant": tenant, "operation": operation})
+            conn.execute(turn, {"scope": scope, "tenant": tenant, "operation": operation})
 
-    def receipt(self, conn: Connection, tenant: str, operation: str) -> tuple[str, str, str, str] | None:
-        """The receipt of (``tenant``, ``operation``), or None."""
-        row = conn.execute(self._q["receipt_lookup"], {"tenant": tenant, "operation": operation}).fetchone()
-        return None if row is None else (row[0], row[1], row[2], row[3])
+    def receipt(self, conn: Connection, scope: str, tenant: str, operation: str) -> ReceiptRow | None:
+        """The receipt of (``scope``, ``tenant``, ``operation``), or None."""
+        row = conn.execute(self._q["receipt_lookup"], {
+            "scope": scope, "tenant": tenant, "operation": operation,
+        }).fetchone()
+        return None if row is None else _receipt_row(row)
 
-    def add_receipt(self, conn: Connection, tenant: str, operation: str, payload: str, effect: str) -> None:
-        """Store a receipt."""
+    def add_receipt(self, conn: Connection, receipt: ReceiptRow) -> None:
+        """Store a receipt: (scope, tenant, operation, payload, effect, effect_queue)."""
+        scope, tenant, operation, payload, effect, effect_queue = receipt
         conn.execute(self._q["receipt_insert"], {
-            "tenant": tenant, "operation": operation, "payload": payload, "effect": effect,
+            "scope": scope, "tenant": tenant, "operation": operation, "payload": payload,
+            "effect": effect, "effect_queue": effect_queue,
         })
 
     def create_receipts(self, conn: Connection) -> None:
-        """The receipts table, in a database that is not a queue's (SQLite's only)."""
-        conn.execute(self._q["receipts_create"])
+        """The receipts table, in a database that is not a queue's (SQLite's only).
 
-    def receipts(self, conn: Connection) -> list[tuple[str, str, str, str]]:
+        A table from before scopes moves to the scope ``default``.
+        """
+        conn.execute(self._q["receipts_create"])
+        if conn.execute(self._q["receipts_unscoped"]).fetchone() is not None:
+            conn.execute(self._q["receipts_rescope"])
+            conn.execute(self._q["receipts_create"])
+            conn.execute(self._q["receipts_rescope_copy"])
+            conn.execute(self._q["receipts_rescope_drop"])
+
+    def receipts(self, conn: Connection) -> list[ReceiptRow]:
         """Every receipt, by key."""
-        return [(r[0], r[1], r[2], r[3]) for r in conn.execute(self._q["receipt_all"]).fetchall()]
+        return [_receipt_row(r) for r in conn.execute(self._q["receipt_all"]).fetchall()]
 
     # ------------------------------------------------------------- catalog
 

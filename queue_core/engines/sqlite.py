@@ -9,6 +9,7 @@ beside the file, and which stable code an ``sqlite3`` error becomes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from . import (
     refuse_write,
     sqlite_turn,
 )
+from .caller_statements import check_caller_statement
 from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("sqlite_migrations")
@@ -101,7 +103,7 @@ class SQLiteEngine:
         return storage_error(exc, self.path) if isinstance(exc, sqlite3.Error) else None
 
     def caller_sql(self, sql: str) -> str:
-        return sql  # sqlite3 takes ? itself
+        return caller_sql(sql)
 
     def run_script(self, conn: Connection, text: str) -> None:
         for statement in sql_statements(text):
@@ -392,6 +394,18 @@ def checkpoint(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     except sqlite3.Error:
         pass  # busy or a full disk: the WAL keeps the commits, which stay durable
+
+
+@functools.lru_cache(maxsize=512)
+def caller_sql(sql: str) -> str:
+    """A caller's statement as sqlite3 takes it (``?`` is its own placeholder), once checked.
+
+    A statement that would begin or end the transaction is refused
+    (``StatementRefused``); sqlite3 itself refuses a second statement. Each
+    distinct statement is checked once.
+    """
+    check_caller_statement(sql, nested_comments=False)
+    return sql
 
 
 def sql_statements(text: str) -> list[str]:

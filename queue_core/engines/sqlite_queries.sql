@@ -228,26 +228,47 @@ FROM queues ORDER BY name;
 SELECT queue, state, count(*) FROM messages GROUP BY queue, state;
 
 -- name: receipt_lookup
-SELECT tenant, operation, payload, effect FROM receipts
-WHERE tenant = :tenant AND operation = :operation;
+SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts
+WHERE scope = :scope AND tenant = :tenant AND operation = :operation;
 
 -- name: receipt_insert
-INSERT INTO receipts (tenant, operation, payload, effect)
-VALUES (:tenant, :operation, :payload, :effect);
+INSERT INTO receipts (scope, tenant, operation, payload, effect_queue, effect)
+VALUES (:scope, :tenant, :operation, :payload, :effect_queue, :effect);
 
 -- name: receipt_all
-SELECT tenant, operation, payload, effect FROM receipts ORDER BY tenant, operation;
+SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts
+ORDER BY scope, tenant, operation;
 
 -- name: receipts_create
 -- The receipts table in an SQLite database that is not a queue's: the table of
--- migration 2 (a queue's database has it from there).
+-- migration 10 (a queue's database has it from there).
 CREATE TABLE IF NOT EXISTS receipts (
-    tenant    TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 200),
-    operation TEXT NOT NULL CHECK (length(operation) BETWEEN 1 AND 200),
-    payload   TEXT NOT NULL CHECK (json_valid(payload)),
-    effect    TEXT NOT NULL CHECK (length(effect) > 0),
-    PRIMARY KEY (tenant, operation)
+    tenant       TEXT NOT NULL CHECK (length(tenant) BETWEEN 1 AND 200),
+    operation    TEXT NOT NULL CHECK (length(operation) BETWEEN 1 AND 200),
+    payload      TEXT NOT NULL CHECK (json_valid(payload)),
+    effect       TEXT NOT NULL CHECK (length(effect) > 0),
+    -- after the columns of migration 2, as PostgreSQL's ALTER TABLE adds them
+    scope        TEXT NOT NULL CHECK (length(scope) BETWEEN 1 AND 200),
+    effect_queue TEXT CHECK (effect_queue IS NULL OR length(effect_queue) BETWEEN 1 AND 63),
+    PRIMARY KEY (scope, tenant, operation)
 ) STRICT;
+
+-- name: receipts_unscoped
+-- A receipts table from before scopes, in a database that is not a queue's:
+-- its receipts move to the scope 'default' (as migration 10 does where no
+-- queue message is their effect).
+SELECT 1 FROM pragma_table_info('receipts') WHERE name = 'tenant'
+AND NOT EXISTS (SELECT 1 FROM pragma_table_info('receipts') WHERE name = 'scope');
+
+-- name: receipts_rescope
+ALTER TABLE receipts RENAME TO receipts_unscoped;
+
+-- name: receipts_rescope_copy
+INSERT INTO receipts (scope, tenant, operation, payload, effect_queue, effect)
+SELECT 'default', tenant, operation, payload, NULL, effect FROM receipts_unscoped;
+
+-- name: receipts_rescope_drop
+DROP TABLE receipts_unscoped;
 
 -- name: table_exists
 SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name;

@@ -80,6 +80,68 @@ def test_claim_many_leases_up_to_count_in_order_of_available_at_then_event_id(
     assert [m[0] for m in leased(store)] == ["E0001", "E0002", "E0003", "E0004", "E0005"]
 
 
+# The claim order is priority DESC, available_at, event_id: here each key
+# decides once, and neither the ids nor the times alone give that order.
+PRIORITY_ORDER = ["E0004", "E0003", "E0001", "E0005", "E0002"]
+OLDEST_FIRST = ["E0001", "E0002", "E0004", "E0003", "E0005"]  # without priority
+
+
+def five_priorities(store: Store, clock: ModelClock) -> None:
+    store.enqueue(line("E0001"))  # priority 0, at 1000
+    store.enqueue(line("E0002"), priority=-5)  # the lowest
+    store.enqueue(line("E0004"), priority=5)  # the highest, the older of two
+    clock.advance(1)
+    store.enqueue(line("E0003"), priority=5)
+    store.enqueue(line("E0005"))
+
+
+def test_a_batch_comes_back_and_is_completed_in_the_claim_order_priority_first(
+    store: Store, clock: ModelClock
+) -> None:
+    five_priorities(store, clock)
+    leases = store.claim_many(5, lease_seconds=60)
+    assert [lease.event_id for lease in leases] == PRIORITY_ORDER
+    for lease in leases:  # given back: each keeps its place and its attempt
+        store.release(lease)
+    claimed = store.claim_messages(5, lease_seconds=60)
+    assert [c.lease.event_id for c in claimed] == PRIORITY_ORDER
+    seen: list[str] = []
+
+    def record(tx: Tx, message: Message) -> None:
+        seen.append(message.event_id)
+
+    done = store.complete_many(claimed, record)
+    assert seen == PRIORITY_ORDER  # each handler ran in the claim order
+    assert [(c.event_id, c.outcome) for c in done] == [(e, Outcome.DONE) for e in PRIORITY_ORDER]
+
+
+def test_a_worker_in_batches_completes_in_the_claim_order_priority_first(
+    store: Store, clock: ModelClock
+) -> None:
+    five_priorities(store, clock)
+    seen: list[str] = []
+
+    def record(tx: Tx, message: Message) -> None:
+        seen.append(message.event_id)
+
+    assert work(store, record, batch=5, lease_seconds=60).done == 5
+    assert seen == PRIORITY_ORDER
+
+
+def test_the_batch_order_test_catches_a_sort_without_priority(
+    store: Store, clock: ModelClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the negative control of the two tests above: the sort this test replaced
+    from queue_core import claims
+
+    def without_priority(claimed: Any) -> tuple[int, str]:
+        return claimed.message.available_at, claimed.message.event_id
+
+    monkeypatch.setattr(claims, "_claim_order", without_priority)
+    five_priorities(store, clock)
+    assert [lease.event_id for lease in store.claim_many(5, lease_seconds=60)] == OLDEST_FIRST
+
+
 def test_each_lease_of_a_batch_has_its_own_generation_and_attempt(store: Store, clock: ModelClock) -> None:
     store.enqueue(batch(line("E0001"), line("E0002"), line("E0003")))
     once = store.claim(lease_seconds=2)  # E0001, generation 1: it will expire

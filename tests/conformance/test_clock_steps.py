@@ -245,6 +245,27 @@ def test_a_worker_an_hour_behind(queue: Store, worker: Worker, engine: str) -> N
         assert effects(queue) == [("E0001", "behind"), ("E0002", "behind")]
 
 
+@pytest.mark.parametrize("client_clock", [False, True])
+def test_a_retry_s_backoff_counts_on_the_deciding_clock(
+    queue: Store, worker: Worker, engine: str, client_clock: bool
+) -> None:
+    # A worker an hour ahead reports a temporary failure: the backoff (1 s in the
+    # queue default) counts from its own clock on SQLite, from the server's on
+    # PostgreSQL. The negative control gives the PostgreSQL store the client's
+    # clock: then its hour shows there too.
+    if client_clock and engine == "sqlite":
+        pytest.skip("SQLite has no clock but the client's: the control is PostgreSQL's")
+    queue.enqueue(line("E0001"))
+    plan = [{"do": "claim", "lease": LONG}, {"do": "fail"}]
+    worker.start(str(queue.target), "ahead", "+1h", plan, client_clock=client_clock)
+    first, failed = worker.finish()
+    assert first is not None and first[0] == "E0001"
+    ahead = engine == "sqlite" or client_clock
+    expected = now(queue) + (HOUR if ahead else 0) + 1
+    assert abs(failed[0] - expected) < 60, (failed, expected)
+    assert queue.message("E0001").available_at == failed[0]
+
+
 def stepped_during_a_lease(queue: Store, worker: Worker, lease: int, forge: bool = False) -> None:
     """A worker on the true clock claims E0001 and waits at ``claimed``; the caller steps its clock."""
     queue.enqueue(line("E0001"))

@@ -25,6 +25,7 @@ from queue_core import (
     Outcome,
     QueueConflict,
     QueueSettings,
+    StorageError,
     Store,
     UnknownQueue,
     ledger,
@@ -265,3 +266,24 @@ def test_the_command_line_creates_lists_and_works_a_queue(tmp_path: Path, store:
     for command in (("purge", "--state", "dead", "--yes"), ("redrive", "order-1")):
         unknown = cli(tmp_path, target, "--queue", "ordrs", *command)
         assert unknown.returncode == 2 and "unknown_queue" in unknown.stderr
+
+
+def test_an_id_of_a_queue_of_yours_is_at_most_200_characters(store: Store, clock: ModelClock) -> None:
+    # The pages say an id of a queue of yours is up to MAX_EVENT_ID_CHARS characters,
+    # whatever its pattern allows, and that the schema holds it to that length too.
+    from queue_core.queues import MAX_EVENT_ID_CHARS
+
+    store.create_queue("long", id_pattern="[a-z]+")
+    with Store(store.target, clock=clock, queue="long") as long:
+        assert long.send("a" * MAX_EVENT_ID_CHARS, book(100)).accepted == 1
+        with pytest.raises(BatchRejected) as refused:
+            long.send("b" * (MAX_EVENT_ID_CHARS + 1), book(100))
+        assert refused.value.code == "invalid_event_id"
+        assert f"the limit is {MAX_EVENT_ID_CHARS}" in refused.value.message
+        assert [len(m.event_id) for m in long.messages()] == [MAX_EVENT_ID_CHARS]
+        # the schema's own CHECK, for a client that bypasses the store
+        with pytest.raises(StorageError) as checked:
+            long.write(lambda tx: tx.execute(
+                "UPDATE messages SET event_id = ? WHERE queue = 'long'", ("c" * (MAX_EVENT_ID_CHARS + 1),)))
+        assert checked.value.code == "constraint_violation"
+    assert MAX_EVENT_ID_CHARS == 200

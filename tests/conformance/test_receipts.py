@@ -45,6 +45,7 @@ from queue_core.testing.faults import FaultPlan
 from ..support import batch, money
 
 NORTH, OP = "north", "order-7:charge"
+SCOPE = "checkout"  # the scope of the charges recorded outside a queue
 
 
 # ---------------------------------------------------------------- helpers
@@ -64,7 +65,7 @@ def charge(tx: Any, tenant: str = NORTH, operation: str = OP, cents: int = 500,
         cursor = tx.execute("INSERT INTO ledger (tenant, operation, cents) VALUES (?, ?, ?)",
                             (tenant, operation, cents))
         return f"ledger/{cursor.lastrowid}"
-    return receipts.record(tx, tenant, operation, {"cents": cents}, write_effect)
+    return receipts.record(tx, tenant, operation, {"cents": cents}, write_effect, scope=SCOPE)
 
 
 def rows(db: Path, sql: str) -> list[tuple]:
@@ -111,7 +112,7 @@ def test_first_record_writes_effect_and_receipt_together(store: Store, db: Path)
     with store.transaction() as tx:
         recorded = charge(tx, calls=calls)
     assert (recorded.reused, recorded.effect, calls) == (False, "ledger/1", [1])
-    assert recorded.receipt == receipts.Receipt(NORTH, OP, '{"cents":500}', "ledger/1")
+    assert recorded.receipt == receipts.Receipt(SCOPE, NORTH, OP, '{"cents":500}', "ledger/1", None)
     assert counts(db) == (1, 1)
 
 
@@ -122,7 +123,7 @@ def test_a_repeat_with_the_same_payload_reuses_the_effect_and_says_so(store: Sto
     calls: list[int] = []
     with store.transaction() as tx:
         # The same payload in another key order and spacing is the same canonical payload.
-        again = receipts.record(tx, NORTH, OP, {"cents": 500}, lambda: calls.append(1) or "never")
+        again = receipts.record(tx, NORTH, OP, {"cents": 500}, lambda: calls.append(1) or "never", scope=SCOPE)
     assert again.reused is True
     assert again.receipt == first.receipt
     assert calls == []  # the effect was not written again
@@ -162,8 +163,8 @@ def test_tenants_are_separate_namespaces(store: Store, db: Path) -> None:
             charge(tx, tenant="north", cents=700)  # south's payload is not north's
     assert counts(db) == (2, 2)
     with store.transaction() as tx:
-        assert receipts.lookup(tx, "south", OP) == south.receipt
-        assert receipts.lookup(tx, "west", OP) is None
+        assert receipts.lookup(tx, "south", OP, scope=SCOPE) == south.receipt
+        assert receipts.lookup(tx, "west", OP, scope=SCOPE) is None
 
 
 def test_a_failure_inside_the_transaction_rolls_back_receipt_and_effect(store: Store, db: Path) -> None:
@@ -186,7 +187,7 @@ def test_a_failing_effect_writes_no_receipt(store: Store, db: Path) -> None:
 
     with pytest.raises(RuntimeError):
         with store.transaction() as tx:
-            receipts.record(tx, NORTH, OP, {"cents": 500}, broken)
+            receipts.record(tx, NORTH, OP, {"cents": 500}, broken, scope=SCOPE)
     assert counts(db) == (0, 0)
 
 
@@ -194,7 +195,7 @@ def test_the_effect_must_name_itself(store: Store, db: Path) -> None:
     own_ledger(store)
     with pytest.raises(TypeError, match="reference"):
         with store.transaction() as tx:
-            receipts.record(tx, NORTH, OP, {"cents": 500}, lambda: 7)  # type: ignore[arg-type, return-value]
+            receipts.record(tx, NORTH, OP, {"cents": 500}, lambda: 7, scope=SCOPE)  # type: ignore[arg-type, return-value]
     assert receipts.stored(store) == []
 
 
@@ -222,10 +223,10 @@ def test_recording_outside_a_transaction_is_refused_before_any_write(tmp_path: P
         conn.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, tenant TEXT, operation TEXT, cents INTEGER)")
         with pytest.raises(ValueError, match="inside the caller's transaction"):
             charge(conn)
-        assert receipts.lookup(conn, NORTH, OP) is None
+        assert receipts.lookup(conn, NORTH, OP, scope=SCOPE) is None
     assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'receipts'") == []
     with pytest.raises(TypeError):
-        receipts.record("not a transaction", NORTH, OP, {}, lambda: "x")  # type: ignore[arg-type]
+        receipts.record("not a transaction", NORTH, OP, {}, lambda: "x", scope=SCOPE)  # type: ignore[arg-type]
 
 
 @pytest.mark.one_engine  # refused before any statement: nothing of the engine to prove
@@ -237,7 +238,7 @@ def test_recording_outside_a_transaction_is_refused_before_any_write(tmp_path: P
 def test_an_unusable_key_is_refused_with_a_code(store: Store, tenant: Any, operation: Any) -> None:
     with pytest.raises(InvalidReceipt) as info:
         with store.transaction() as tx:
-            receipts.record(tx, tenant, operation, {}, lambda: "never")
+            receipts.record(tx, tenant, operation, {}, lambda: "never", scope=SCOPE)
     assert info.value.code == "invalid_receipt_key"
     assert receipts.stored(store) == []
 
@@ -251,23 +252,24 @@ def test_an_unusable_key_is_refused_with_a_code(store: Store, tenant: Any, opera
 def test_a_payload_without_a_canonical_form_is_refused_with_a_code(store: Store, payload: Any) -> None:
     with pytest.raises(InvalidReceipt) as info:
         with store.transaction() as tx:
-            receipts.record(tx, NORTH, OP, payload, lambda: "never")
+            receipts.record(tx, NORTH, OP, payload, lambda: "never", scope=SCOPE)
     assert info.value.code == "invalid_receipt_payload"
 
 
 def test_the_canonical_payload_keeps_types(store: Store, db: Path) -> None:
     own_ledger(store)
     with store.transaction() as tx:
-        receipts.record(tx, NORTH, "a", {"b": 1, "a": [1, "x"]}, lambda: "e1")
+        receipts.record(tx, NORTH, "a", {"b": 1, "a": [1, "x"]}, lambda: "e1", scope=SCOPE)
         with pytest.raises(OperationConflict):
-            receipts.record(tx, NORTH, "a", {"a": [1, "x"], "b": 1.0}, lambda: "e2")  # 1.0 is not 1
-        assert receipts.record(tx, NORTH, "a", {"a": [1, "x"], "b": 1}, lambda: "e3").reused
+            receipts.record(tx, NORTH, "a", {"a": [1, "x"], "b": 1.0}, lambda: "e2", scope=SCOPE)  # 1.0 is not 1
+        assert receipts.record(tx, NORTH, "a", {"a": [1, "x"], "b": 1}, lambda: "e3", scope=SCOPE).reused
     assert [r.payload for r in receipts.stored(store)] == ['{"a":[1,"x"],"b":1}']
 
 
-def test_receipts_table_is_strict_with_a_tenant_operation_key(store: Store, db: Path) -> None:
+def test_receipts_table_is_strict_with_a_scope_tenant_operation_key(store: Store, db: Path) -> None:
     # Since schema version 2 the table is part of every queue database from its creation
-    # (before, the first record created it lazily and reading found none).
+    # (before, the first record created it lazily and reading found none); version 10
+    # put the scope first in its key.
     assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'receipts'") == [("receipts",)]
     assert receipts.stored(store) == []
     own_ledger(store)
@@ -275,14 +277,19 @@ def test_receipts_table_is_strict_with_a_tenant_operation_key(store: Store, db: 
         charge(tx)
     assert rows(db, "SELECT strict FROM pragma_table_list WHERE name = 'receipts'") == [(1,)]
     key = [(r[1], r[5]) for r in rows(db, "PRAGMA table_info(receipts)") if r[5]]
-    assert sorted(key, key=lambda c: c[1]) == [("tenant", 1), ("operation", 2)]
+    assert sorted(key, key=lambda c: c[1]) == [("scope", 1), ("tenant", 2), ("operation", 3)]
+    columns = "(tenant, operation, payload, effect, scope, effect_queue)"
     with closing(sqlite3.connect(db)) as conn:
+        conn.execute(f"INSERT INTO receipts {columns} VALUES ('{NORTH}', '{OP}', '{{}}', 'e', 'other', NULL)")
         for sql in (
-            f"INSERT INTO receipts VALUES ('{NORTH}', '{OP}', '{{}}', 'again')",  # the key is unique
-            "INSERT INTO receipts VALUES ('', 'op', '{}', 'e')",
-            "INSERT INTO receipts VALUES ('t', 'op', 'not json', 'e')",
-            "INSERT INTO receipts VALUES ('t', 'op', '{}', '')",
-            "INSERT INTO receipts VALUES ('t', X'6f70', '{}', 'e')",  # STRICT: a blob is not TEXT
+            f"INSERT INTO receipts {columns} VALUES ('{NORTH}', '{OP}', '{{}}', 'again', '{SCOPE}', NULL)",
+            f"INSERT INTO receipts {columns} VALUES ('', 'op', '{{}}', 'e', 's', NULL)",
+            f"INSERT INTO receipts {columns} VALUES ('t', 'op', 'not json', 'e', 's', NULL)",
+            f"INSERT INTO receipts {columns} VALUES ('t', 'op', '{{}}', '', 's', NULL)",
+            f"INSERT INTO receipts {columns} VALUES ('t', X'6f70', '{{}}', 'e', 's', NULL)",  # STRICT
+            f"INSERT INTO receipts {columns} VALUES ('t', 'op', '{{}}', 'e', '', NULL)",
+            f"INSERT INTO receipts {columns} VALUES ('t', 'op', '{{}}', 'e', NULL, NULL)",
+            f"INSERT INTO receipts {columns} VALUES ('t', 'op', '{{}}', 'e', 's', '')",
         ):
             with pytest.raises(sqlite3.IntegrityError):
                 conn.execute(sql)
@@ -296,7 +303,7 @@ CRASHING_RECORD = textwrap.dedent("""
         def write_effect():
             tx.execute("INSERT INTO ledger (tenant, operation, cents) VALUES ('north', 'op', 500)")
             return "ledger/1"
-        receipts.record(tx, "north", "op", {"cents": 500}, write_effect)
+        receipts.record(tx, "north", "op", {"cents": 500}, write_effect, scope="checkout")
         os._exit(86)  # a real process death after receipt and effect, before COMMIT
 """)
 
@@ -309,7 +316,7 @@ def test_a_process_dying_before_commit_leaves_neither_receipt_nor_effect(store: 
     assert counts(db) == (0, 0)
     with store.transaction() as tx:
         assert receipts.record(tx, "north", "op", {"cents": 500},
-                               lambda: str(tx.execute("INSERT INTO ledger (cents) VALUES (500)").lastrowid)).reused \
+                               lambda: str(tx.execute("INSERT INTO ledger (cents) VALUES (500)").lastrowid), scope=SCOPE).reused \
             is False
 
 
@@ -325,7 +332,7 @@ RACING_RECORD = textwrap.dedent("""
         def write_effect():
             return "ledger/%d" % tx.execute(
                 "INSERT INTO ledger (tenant, operation, cents) VALUES ('north', 'op', 500)").lastrowid
-        print("reused" if receipts.record(tx, "north", "op", {"cents": 500}, write_effect).reused else "created")
+        print("reused" if receipts.record(tx, "north", "op", {"cents": 500}, write_effect, scope="checkout").reused else "created")
 """)
 
 
@@ -476,10 +483,10 @@ def test_a_failure_anywhere_in_the_completion_rolls_back_receipt_effect_and_ack(
 
 
 def foreign_receipt(store: Store) -> None:
-    """A receipt written by other code, naming an effect that is not in ``effects``."""
+    """A receipt written by other code in the queue's scope (on purpose), naming an effect not in ``effects``."""
     with store.transaction() as tx:
         receipts.record(tx, NORTH, OP, {"tenant": NORTH, "operation": OP, "category": "book",
-                                         "amount_cents": 10000}, lambda: "somewhere-else/1")
+                                         "amount_cents": 10000}, lambda: "somewhere-else/1", scope=store.queue)
 
 
 def test_no_ack_without_an_effect_row_behind_the_receipt(store: Store, db: Path) -> None:

@@ -1,5 +1,8 @@
 """A statement of the handler's that failed refuses the ACK, even if the handler caught it.
 
+Nor does a ``ROLLBACK TO`` lift it, to a savepoint opened before the failure
+or after it: the transaction is doomed (tests/conformance/test_doomed.py).
+
 SQLite keeps a transaction usable after a failed statement, so without this
 rule a handler that catches the failure of its only INSERT would end ``done``
 with no effect; PostgreSQL aborts the transaction instead, and its ACK would
@@ -147,23 +150,32 @@ def test_complete_many_tx_refuses_after_the_callers_own_caught_failure(store: St
     assert effects(store) == []
 
 
-def test_a_rollback_to_a_savepoint_recovers_on_both_engines(store: Store) -> None:
-    # The recovery PostgreSQL allows after a failed statement is the one
-    # that clears it here: the message then completes with its effect.
+@pytest.mark.parametrize("opened", ["before", "after"])
+def test_no_rollback_to_a_savepoint_lifts_the_refusal(store: Store, opened: str) -> None:
+    # A savepoint opened before the failure (the recovery PostgreSQL itself
+    # allows) or after it: either way the transaction stays doomed, and the
+    # message is refused, with nothing of the attempt kept.
     store.enqueue(line("E0001"))
 
     def careful(tx: Tx, message: Message) -> None:
-        tx.execute("SAVEPOINT attempt")
+        ledger.Handler()(tx, message)
+        if opened == "before":
+            tx.execute("SAVEPOINT attempt")
         try:
             tx.execute(MISSING)
         except Exception:
-            tx.execute("ROLLBACK TO attempt")
-        ledger.Handler()(tx, message)
+            pass
+        if opened == "after":
+            tx.execute("SAVEPOINT attempt")
+        tx.execute("ROLLBACK TO attempt")
+        tx.execute("RELEASE attempt")
 
     lease = store.claim()
     assert lease is not None
-    assert store.complete(lease, careful).outcome is Outcome.DONE
-    assert [e[0] for e in effects(store)] == ["E0001"]
+    completion = store.complete(lease, careful)
+    assert (completion.outcome, completion.error) == (Outcome.RETRY, "statement_failed")
+    assert store.message("E0001").state == "ready"
+    assert effects(store) == []
 
 
 def test_a_handler_that_writes_nothing_is_still_acknowledged(store: Store) -> None:
@@ -181,9 +193,41 @@ def test_without_the_rule_sqlite_would_ack_with_no_effect(
 ) -> None:
     # A negative control: the check switched off, SQLite's transaction stays
     # usable and the message ends done without the write that failed.
-    monkeypatch.setattr(TxClass, "raise_if_statement_failed", lambda self: None)
+    monkeypatch.setattr(TxClass, "raise_if_doomed", lambda self: None)
     store.enqueue(line("E0001"))
     lease = store.claim()
     assert lease is not None
     assert store.complete(lease, only_a_caught_failure).outcome is Outcome.DONE
+    assert store.message("E0001").state == "done" and effects(store) == []
+
+
+@pytest.mark.one_engine
+def test_were_a_savepoint_after_the_failure_to_clear_it_sqlite_would_ack_with_no_effect(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A negative control of the savepoint test: the earlier rule, where any
+    # ROLLBACK TO cleared a failure, lets a savepoint opened after the failure
+    # wipe it, and the message ends done with no effect.
+    execute = TxClass.execute
+
+    def forgetful(self: TxClass, sql: str, params: Any = ()) -> Any:
+        rows = execute(self, sql, params)
+        if sql.startswith("ROLLBACK TO"):
+            self._doomed = None
+        return rows
+
+    monkeypatch.setattr(TxClass, "execute", forgetful)
+    store.enqueue(line("E0001"))
+
+    def after(tx: Tx, message: Message) -> None:
+        try:
+            tx.execute("INSERT INTO no_such_table VALUES (1)")
+        except Exception:
+            pass
+        tx.execute("SAVEPOINT later")
+        tx.execute("ROLLBACK TO later")
+
+    lease = store.claim()
+    assert lease is not None
+    assert store.complete(lease, after).outcome is Outcome.DONE
     assert store.message("E0001").state == "done" and effects(store) == []

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from queue_core import (
+    MAX_ATTEMPTS,
     Handler,
     LeaseLost,
     ModelClock,
@@ -318,6 +319,41 @@ def test_an_interruption_mid_message_gives_the_leases_back(store: Store, batch: 
         assert (message.state, message.attempts) == ("ready", 0)
     assert ledger.totals(store).count == 0  # the effects went back with the transaction
     assert work(store, Handler()).done == 3  # and the messages are there for the next worker
+
+
+@pytest.mark.parametrize("ending", ["interrupted", "lease ran out"])
+def test_interruptions_repeat_a_handler_without_reaching_the_budget(
+    store: Store, clock: ModelClock, ending: str
+) -> None:
+    # An interruption releases: the claim it gives back is no attempt, so the
+    # handler's outside calls repeat past the budget. The negative control is a
+    # worker whose lease runs out (killed): its claims spend the budget.
+    store.enqueue(line("E0001"))
+    calls: list[int] = []
+    rounds = 3 * MAX_ATTEMPTS
+    for _ in range(rounds):
+        if ending == "interrupted":
+
+            def outside_call_then_interrupted(tx: Any, message: Any) -> None:
+                calls.append(message.attempts)  # the attempt this claim counts
+                raise KeyboardInterrupt
+
+            with pytest.raises(WorkInterrupted) as stopped:
+                work(store, outside_call_then_interrupted)
+            assert stopped.value.released == ("E0001",)
+        else:
+            claimed = store.claim_message(lease_seconds=5)
+            if claimed is None:
+                break
+            calls.append(claimed.message.attempts)
+            clock.advance(5)  # the worker died: its lease runs out
+    message = store.message("E0001")
+    if ending == "interrupted":
+        assert calls == [1] * rounds  # every run was attempt 1: none was spent
+        assert (message.state, message.attempts) == ("ready", 0)
+    else:
+        assert calls == list(range(1, MAX_ATTEMPTS + 1))
+        assert (message.state, message.last_error) == ("dead", "lease_expired")
 
 
 # ------------------------------------------------------- the service unit

@@ -258,6 +258,51 @@ def test_an_interruption_a_thread_dropped_is_sent_again(store: Store, folder: Pa
     assert states(store) == Counter(ready=2)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("blocked", [True, False])
+def test_a_thread_that_does_not_stop_in_time_keeps_its_lease_to_run_out(
+    store: Store, folder: Path, ctrl_c_delivered: None, monkeypatch: pytest.MonkeyPatch, blocked: bool
+) -> None:
+    # A thread blocked in one call outside Python (here a lock's wait) takes no
+    # interruption until the call returns: after GIVE_BACK_SECONDS the run gives
+    # up on it, and its lease is kept, to run out. The negative control is a
+    # thread that stops in time: its lease is given back.
+    from queue_core import worker_threads
+
+    monkeypatch.setattr(worker_threads, "GIVE_BACK_SECONDS", 2.0)
+    store.enqueue(line(1))
+    release = threading.Event()
+
+    def prepare(message: Any) -> str:
+        (folder / f"started-{message.event_id}").touch()
+        if blocked:
+            release.wait()  # one C call: an asynchronous exception waits for it
+        else:
+            while not release.is_set():
+                time.sleep(0.05)
+        return "sent"
+
+    def interrupt_with_one_in_hand() -> None:
+        until(lambda: len(started(folder)) == 1, timeout=60, what="a message in hand")
+        _thread.interrupt_main()
+
+    helper = threading.Thread(target=interrupt_with_one_in_hand)
+    helper.start()
+    try:
+        with pytest.raises(WorkInterrupted) as caught:
+            work(store, LongHandler(prepare, module(folder).record), concurrency=2)
+    finally:
+        helper.join()
+        release.set()
+    if blocked:
+        assert (caught.value.released, caught.value.kept) == ((), ("E0001",))
+        message = store.message("E0001")
+        assert (message.state, message.attempts) == ("leased", 1)  # its lease runs out
+    else:
+        assert (caught.value.released, caught.value.kept) == (("E0001",), ())
+        assert (store.message("E0001").state, store.message("E0001").attempts) == ("ready", 0)
+
+
 @pytest.mark.one_engine
 @pytest.mark.parametrize("value", [0, 65, True, "4", 2.0])
 def test_a_bad_concurrency_is_refused_with_its_name(value: object) -> None:
