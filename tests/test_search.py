@@ -3,14 +3,21 @@
 Material's search (lunr, the ``search`` plugin of mkdocs.yml) ranks a page by
 where a word appears; a chapter whose title is a question ("Why does a lease
 need a number?") once fell below the API reference, whose short headings name
-``Lease``. Each chapter's title now carries its subject word, and its subject is
-its search tag (``SUBJECTS`` in overrides/hooks.py), which the search weighs
-above titles. Here, in Chromium, a reader types each subject into the search
-box of the local build, and the subject's chapter must be the first page
-listed. Stemming is checked by typing a word's other forms ("fence" finds
-"Fencing"). The negative control serves the same site with the tags taken out
-of the search index: then "lease" and "fence" no longer put their chapters
-first, so the check can fail and the tags are what makes it pass.
+``Lease``, and "fence" did not find the chapter "Fencing". Each chapter's title
+now carries its subject word, and its subject is its search tag (``SUBJECTS``
+in overrides/hooks.py), which the search weighs above titles. Here, in
+Chromium, a reader types each subject into the search box of the local build,
+and the subject's chapter must be the first page listed.
+
+Word forms: Material searches as you type, matching each word as a prefix
+(``fence*``). lunr's stemmer, tried in the pipeline, broke that (measured on
+this site: "failover" then found nothing, "lease" put the API first), so the
+pipeline keeps Material's default, and a subject names the forms a reader
+types ("fencing" and "fence"); plurals are found by their prefix.
+
+The negative control serves the same site with the tags taken out of the
+search index: then "lease" and "fence" no longer put their chapters first, so
+the check can fail and the tags are what makes it pass.
 """
 
 from __future__ import annotations
@@ -33,10 +40,11 @@ FIRST = {
     "backoff": "/retry/",
     "power": "/power-cuts/",
     "failover": "/failover/",
-    # other forms of the words: the stemmer reduces them alike
-    "fenced": "/fencing/",
-    "leases": "/lease/",
+    # other forms of the words
+    "fencing": "/fencing/",
+    "dead letters": "/dead-letters/",
     "receipts": "/receipts/",
+    "power cut": "/power-cuts/",
 }
 
 # The pages listed, in their order (a page's sections are listed under it).
@@ -58,7 +66,7 @@ def search(page, query: str) -> list[str]:
     page.wait_for_timeout(300)
     listed = page.evaluate(LISTED)
     page.keyboard.press("Escape")
-    return [path.removeprefix("") for path in listed]
+    return listed
 
 
 def test_every_subject_names_a_page_of_the_site() -> None:
