@@ -63,7 +63,10 @@ from proof.adversary_user import (
 __all__ = ["LONG", "QUICK", "RECORDED_BY", "Adversary", "AdversaryResult", "Budget", "Issued", "Progress",
            "Scripted", "Step", "record_name", "replay", "run", "save"]
 
-OUTSIDE_SCOPE: Final = "api"  # code outside any queue records its receipts under this scope
+OUTSIDE_SCOPE: Final = "api"  # a scope of its own, for code outside any queue
+# the scopes code outside any queue records its receipts under: its own, a queue's name (it then
+# shares the queue's receipts: one effect within a scope), or the one both queues share on purpose
+OUTSIDE_SCOPES: Final = (OUTSIDE_SCOPE, *QUEUES, SHARED_SCOPE)
 Progress = Callable[[str], None]
 
 
@@ -188,14 +191,34 @@ class Adversary(Machine):
         self.workers[worker] = [h for h in self.workers[worker] if h.queue != queue]
         if bool(self.issued) and data.draw(st.booleans(), label="add a stale lease"):
             batch.append(data.draw(st.sampled_from(self.issued), label="stale lease"))  # any queue
+        self._complete_batch(data, queue, batch)
+
+    @rule(data=st.data(), queue=st.sampled_from(QUEUES),
+          event_ids=st.lists(st.sampled_from(EVENT_IDS), min_size=2, max_size=3, unique=True),
+          payloads=st.lists(st.integers(0, len(PAYLOADS) - 1), min_size=3, max_size=3))
+    def send_batch_complete(self, data: st.DataObject, queue: str, event_ids: list[str],
+                            payloads: list[int]) -> None:
+        """A worker's batch path in one step: send a few, claim them at once (claim_messages), complete
+        them together (complete_many), each with its own drawn handler."""
+        self._count("send_batch_complete")
+        for event_id, payload in zip(event_ids, payloads):
+            self._send(queue, event_id, payload)
+        batch = self._claim(0, queue, "claim_messages", len(event_ids), 4)
+        self.workers[0] = [h for h in self.workers[0] if h not in batch]
+        self._complete_batch(data, queue, batch)
+
+    def _complete_batch(self, data: st.DataObject, queue: str, batch: list[Held]) -> None:
         batch = list({(h.lease.event_id, h.lease.generation): h for h in reversed(batch)}.values())[::-1]
         if not batch:
             return
+        claimed = all(isinstance(h.item, Claimed) for h in batch)
+        self.tally.note(f"complete_many: a batch of {len(batch)}{' claimed' if claimed else ''}")
         store, pre, now = self.stores[queue], self._snapshot(), self.clock.now()
         calls: dict[tuple[str, int], tuple[Call, str]] = {}
+        focus = self._focus(data)
         for held in batch:
             payload = self._payload(pre.message(queue, held.lease.event_id), held)
-            kind, mode = self._kind(data, batch=True), self._mode(data, queue)
+            kind, mode = self._kind(data, batch=True, focus=focus), self._mode(data, queue)
             calls[(held.lease.event_id, held.lease.generation)] = (Call(
                 kind, queue, held.lease, str(payload["tenant"]), str(payload["operation"]), self.clock,
                 store, scope=self._scope(queue, mode),
@@ -304,7 +327,9 @@ class Adversary(Machine):
             if result.acked is None:
                 break  # this step's refusal escaped the block (or a statement of it failed)
             if control:
-                verdict = Verdict("any", "a COMMIT ran through tx.execute", "effect and ACK together")
+                verdict = Verdict("refused", "a COMMIT ran through tx.execute, which is refused "
+                                  "(StatementRefused) and dooms the transaction", "effect and ACK together",
+                                  tolerant=True)
             elif failed:
                 verdict = Verdict("refused", "a statement of this transaction failed", "failed statement",
                                   tolerant=True)
@@ -329,27 +354,30 @@ class Adversary(Machine):
     # -------------------------------------------------- receipts outside a queue
 
     @precondition(lambda self: "scopes" in self.families)
-    @rule(payload=st.integers(0, len(PAYLOADS) - 1))
-    def record_outside(self, payload: int) -> None:
-        """Code outside any queue records an effect under a receipt (scope "api")."""
+    @rule(payload=st.integers(0, len(PAYLOADS) - 1), scope=st.sampled_from(OUTSIDE_SCOPES))
+    def record_outside(self, payload: int, scope: str = OUTSIDE_SCOPE) -> None:
+        """Code outside any queue records an effect under a receipt: in a scope of its own ("api"),
+        in a queue's ("alpha": it and the queue's receipt handler share their receipts), or in the
+        one both queues' handlers share."""
         self._count("record_outside")
         self.outside += 1
         body = PAYLOADS[payload]
         name = f"api-{self.outside}"
-        row = EffectRow("adv_effect", OUTSIDE_SCOPE, "", name, 0, 0, "outside", "a",
+        row = EffectRow("adv_effect", scope, "", name, 0, 0, "outside", "a",
                         str(body["tenant"]), str(body["operation"]))
-        expected, _ = self.truth.receipt(OUTSIDE_SCOPE, body)
+        expected, _ = self.truth.receipt(scope, body)
         try:
             with self.stores[QUEUES[0]].transaction() as tx:
-                got = "own" if record_outside(tx, OUTSIDE_SCOPE, dict(body), row) else "reuse"
+                got = "own" if record_outside(tx, scope, dict(body), row) else "reuse"
         except OperationConflict:
             got = "conflict"
         if got != expected:
             raise PromiseBroken("receipts", f"code outside the queues recorded {body} under scope "
-                                            f"{OUTSIDE_SCOPE!r}: {got}, expected {expected}")
-        self.tally.note(f"record outside: {got}")
+                                            f"{scope!r}: {got}, expected {expected}")
+        where = "a queue's scope" if scope in QUEUES else scope
+        self.tally.note(f"record outside ({where}): {got}")
         if got == "own":
-            self.truth.record_outside(Owner(OUTSIDE_SCOPE, str(body["tenant"]), str(body["operation"]),
+            self.truth.record_outside(Owner(scope, str(body["tenant"]), str(body["operation"]),
                                             canonical_json(body), name, None, (row,)))
 
     # ---------------------------------------------------- release, fail, redrive

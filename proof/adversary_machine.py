@@ -25,7 +25,7 @@ from queue_core.envelope import canonical_json
 
 from proof.adversary_db import USER_TABLES, Database, MessageRow, Snapshot, Target
 from proof.adversary_model import Attempt, Owner, PromiseBroken, Truth, Verdict, check, fence_passes
-from proof.adversary_user import ALL_FAMILIES, KINDS, Call, Kind, scoped_receipts
+from proof.adversary_user import ALL_FAMILIES, KINDS, Call, Kind
 
 __all__ = ["EVENT_IDS", "MAX_ATTEMPTS", "PAYLOADS", "QUEUES", "SHARED_SCOPE", "WORKERS",
            "Held", "Machine", "Tally"]
@@ -41,7 +41,7 @@ PAYLOADS: Final = (
 )
 WORKERS: Final = 3
 MAX_ATTEMPTS: Final = 3
-SHARED_SCOPE: Final = "shared"  # both queues' receipts, where receipts take a scope
+SHARED_SCOPE: Final = "shared"  # a scope both queues' receipt handlers are given on purpose
 
 
 @dataclass
@@ -140,11 +140,25 @@ class Machine(RuleBasedStateMachine):
         assert self.db is not None
         return self.db.messages()
 
-    def _kind(self, data: st.DataObject, *, batch: bool) -> Kind:
-        """A handler's body, drawn by name among those of the families switched on."""
+    def _kind(self, data: st.DataObject, *, batch: bool, focus: str = "none") -> Kind:
+        """A handler's body, drawn by name among those of the families switched on; those of the
+        ``focus`` family about eight times as often as all the others together."""
         kinds = {k.name: k for k in KINDS if (k.family == "base" or k.family in self.families)
                  and (k.batch or not batch)}  # in KINDS' order: a failure shrinks to the simplest
-        return kinds[data.draw(st.sampled_from(list(kinds)), label="handler")]
+        names = list(kinds)
+        focused = [name for name in names if kinds[name].family == focus]
+        if focused:
+            names += focused * (8 * (len(names) - len(focused)) // len(focused))
+        return kinds[data.draw(st.sampled_from(names), label="handler")]
+
+    def _focus(self, data: st.DataObject) -> str:
+        """The family a batch's handlers are mostly drawn from (the attacks that need two handlers
+        of one batch to meet: names, leftover), or "none" (where several are switched on)."""
+        families = sorted({k.family for k in KINDS if k.batch and k.family in self.families})
+        if not families:
+            return "none"
+        return data.draw(st.sampled_from([*families, "none"] if len(families) > 1 else families),
+                         label="focus")
 
     def _mode(self, data: st.DataObject, queue: str) -> str:
         """Receipts: none, the queue's own scope, or one shared by both queues.
@@ -155,7 +169,7 @@ class Machine(RuleBasedStateMachine):
         modes = ["none", "queue"]
         if "scopes" not in self.families and queue != QUEUES[0]:
             modes = ["none"]
-        elif "scopes" in self.families and scoped_receipts():
+        elif "scopes" in self.families:
             modes.append("shared")
         return data.draw(st.sampled_from(modes), label="receipts")
 
@@ -266,8 +280,17 @@ class Machine(RuleBasedStateMachine):
         """What an attempt that runs its own handler (no receipt reused) ends as."""
         lease = call.lease
         kind = call.kind
+        if kind.name == "rollback_to_leftover":
+            # a ROLLBACK TO a savepoint an earlier handler of the same transaction left open: the
+            # store may refuse it or let it fail; the checks of the database judge what it undid
+            return Verdict("any", "its handler rolled back to a savepoint it did not open",
+                           "exactly one effect")
         if kind.control is not None:
-            return Verdict("any", f"its handler ran {kind.control} through tx.execute", "effect and ACK together")
+            names = kind.name == "rollback_to_store"
+            does = "names the store's own savepoints" if names else "ends the transaction"
+            return Verdict("refused", f"its handler ran {kind.control!r} through tx.execute, which "
+                           f"{does} and is refused (StatementRefused)",
+                           "exactly one effect" if names else "effect and ACK together", tolerant=True)
         if call.outbox is not None:
             stored = self.truth.sent.get((call.outbox.queue, lease.event_id))
             if stored is not None and stored != canonical_json(call.payload):

@@ -12,15 +12,19 @@ The kinds belong to attack families, which a run can switch on and off
 clauses of the promise on SQLite in issue #44 (``scopes``: receipts shared by
 several queues and by code outside any queue; ``savepoints``: a failure
 forgotten on a ``ROLLBACK TO`` of a savepoint opened after it; ``swallow``: a
-refused fence caught by user code, whose transaction then commits) and
-``recovery`` (a failure undone by a ``ROLLBACK TO`` of a savepoint opened
-before it, which the promise's words refuse too).
+refused fence caught by user code, whose transaction then commits), and those
+the adversary found beyond them: ``recovery`` (a failure undone by a ``ROLLBACK
+TO`` of a savepoint opened before it, which the promise's words refuse too),
+``control`` (COMMIT or ROLLBACK through ``tx.execute``), ``batch_tx`` (a lost
+lease in the caller's own ``complete_many_tx``), ``names`` (a handler's
+``ROLLBACK TO`` the store's own savepoint) and ``leftover`` (a savepoint one
+handler of a batch leaves open, rolled back to by a later handler of the same
+batch).
 """
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from queue_core import (
@@ -53,7 +57,6 @@ __all__ = [
     "receipt_handler",
     "record_outside",
     "run_own_step",
-    "scoped_receipts",
     "tag",
 ]
 
@@ -71,7 +74,9 @@ FAMILIES: Final = {
     "batch_tx": "the caller's own writes in its transaction, then complete_many_tx, which "
                 "reports a lost lease as an outcome instead of raising it",
     "names": "a handler's ROLLBACK TO a savepoint it did not open, named as the store's own "
-             "(message, batch), its error caught",
+             "(queue_core_message, queue_core_batch), its error caught",
+    "leftover": "a handler of a batch leaves a savepoint of its own open; a later handler "
+                "of the same batch rolls back to it (undoing the earlier one's effect)",
 }
 ALL_FAMILIES: Final = frozenset(FAMILIES)
 SLOW_TEMPORARY: Final = "adv_flaky"
@@ -111,7 +116,10 @@ KINDS: Final = (
     Kind("commit_inside", "control", _AB, control="COMMIT"),
     Kind("rollback_inside", "control", _AB, control="ROLLBACK"),
     Kind("commit_begin_inside", "control", _AB, control="COMMIT; BEGIN"),
-    Kind("rollback_to_store", "names", _A, control="ROLLBACK TO batch; ROLLBACK TO message"),
+    Kind("rollback_to_store", "names", _A,
+         control="ROLLBACK TO queue_core_batch; ROLLBACK TO queue_core_message"),
+    Kind("leave_open", "leftover", _A),
+    Kind("rollback_to_leftover", "leftover", _A, control="ROLLBACK TO adv_open"),
 )
 
 
@@ -206,6 +214,10 @@ class Call:
             return
         if name == "rollback_to_store":  # "undo what I did so far" (a SAVEPOINT of its own was skipped)
             _quietly(tx, (self.kind.control or "").split("; ")[self.failing])
+        if name == "leave_open":  # "in case I need to undo": never released
+            tx.execute("SAVEPOINT adv_open")
+        if name == "rollback_to_leftover":  # "undo my part", to a savepoint another handler opened
+            _quietly(tx, "ROLLBACK TO adv_open")
         if name != "nothing":
             _write(tx, tag("adv_effect", "a", self))
         if name == "two_tables":
@@ -215,7 +227,7 @@ class Call:
         if name == "fail_then_savepoint":
             for statement in ("SAVEPOINT adv_later", "ROLLBACK TO adv_later", "RELEASE adv_later"):
                 _quietly(tx, statement)
-        if self.kind.control is not None and name != "rollback_to_store":
+        if self.kind.control is not None and name not in ("rollback_to_store", "rollback_to_leftover"):
             for statement in self.kind.control.split("; "):
                 _quietly(tx, statement)  # "we commit what we have so far"
             _write(tx, tag("adv_effect", "b", self))
@@ -248,16 +260,9 @@ class Call:
             self.other_result = refused.code  # swallowed: "the other one was not ours anyway"
 
 
-def scoped_receipts() -> bool:
-    """Whether receipts take a scope (``ReceiptHandler(scope=...)``, ``record(..., scope=...)``)."""
-    return "scope" in {f.name for f in fields(ReceiptHandler)}
-
-
 def receipt_handler(call: Call, shared: str | None) -> MessageHandler:
-    """``call`` under receipts: its queue's own scope, or ``shared`` where receipts take a scope."""
-    if shared is not None:
-        return ReceiptHandler(call, scope=shared)  # type: ignore[call-arg,unused-ignore]
-    return ReceiptHandler(call)
+    """``call`` under receipts: its queue's own scope (the default), or ``shared`` on purpose."""
+    return ReceiptHandler(call) if shared is None else ReceiptHandler(call, scope=shared)
 
 
 def record_outside(tx: Tx, scope: str, payload: dict[str, Any], row: EffectRow) -> bool:
@@ -266,9 +271,8 @@ def record_outside(tx: Tx, scope: str, payload: dict[str, Any], row: EffectRow) 
         _write(tx, row)
         return row.event_id
 
-    extra = {"scope": scope} if "scope" in inspect.signature(receipts.record).parameters else {}
     done = receipts.record(tx, str(payload["tenant"]), str(payload["operation"]), payload,
-                           write_effect, **extra)
+                           write_effect, scope=scope)
     return not done.reused
 
 
