@@ -16,6 +16,7 @@ second insert is the failing statement the user code catches.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from proof.postgres_cluster import Cluster, url
+from proof.postgres_cluster import PORT, SERVER_USER
 
 __all__ = [
     "EFFECT_TABLES",
@@ -35,6 +36,7 @@ __all__ = [
     "MessageRow",
     "PostgresTarget",
     "ReceiptRow",
+    "RunningServer",
     "Snapshot",
     "SqliteTarget",
     "Target",
@@ -229,6 +231,45 @@ class SqliteTarget:
 _KEPT = frozenset({"queue_core_schema", "migration_lines", "queues"})
 
 
+class Server(Protocol):
+    """A running throwaway PostgreSQL server (``proof.postgres_cluster.Cluster``): its folder
+    holds its socket; it makes and drops databases."""
+
+    @property
+    def root(self) -> Path: ...
+
+    def conninfo(self, dbname: str = "postgres") -> str: ...
+
+    def create_database(self) -> str: ...
+
+    def drop_database(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """A throwaway server another process started and stops (the tests' own), by its folder."""
+
+    root: Path
+
+    def conninfo(self, dbname: str = "postgres") -> str:
+        return f"host={self.root} port={PORT} dbname={dbname} user={SERVER_USER} connect_timeout=10"
+
+    def create_database(self) -> str:
+        import psycopg
+
+        name = f"adversary_{os.getpid()}"  # one run per process: a name made here, never input
+        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)".encode())
+            conn.execute(f"CREATE DATABASE {name}".encode())
+        return name
+
+    def drop_database(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)".encode())
+
+
 class PostgresTarget:
     """One new database of ``cluster`` (a running throwaway server) per run, emptied between examples.
 
@@ -238,7 +279,7 @@ class PostgresTarget:
 
     engine = "postgresql"
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Server) -> None:
         self.cluster = cluster
         self._name: str | None = None
 
@@ -269,7 +310,7 @@ class PostgresTarget:
 
             return Database(read, conn.close)
 
-        return url(self.cluster, name), reader
+        return f"postgresql://{SERVER_USER}@/{name}?host={self.cluster.root}&port={PORT}", reader
 
     def _empty(self, name: str) -> None:
         import psycopg
