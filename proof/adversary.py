@@ -283,10 +283,12 @@ class Adversary(Machine):
         failures += ["savepoint_after"] if "savepoints" in self.families else []
         failures += ["savepoint_before"] if "recovery" in self.families else []
         failures += ["commit"] if "control" in self.families else []
-        acks = ["complete_tx", "ack_tx"] + (["complete_many_tx"] * 2 if "batch_tx" in self.families else [])
+        acks = ["complete_tx", "ack_tx"] + (["complete_many_tx"] * 4 if "batch_tx" in self.families else [])
+        # a lease that no longer passes the fence is what batch_tx and swallow are about
+        sources = ["held", "fresh", "stale"] + (["stale"] if self.families & {"batch_tx", "swallow"} else [])
         plan: list[tuple[Held, OwnStep]] = []
         for _ in range(size):
-            held = self._take(data, data.draw(st.sampled_from(["held", "fresh", "stale"]), label="lease"))
+            held = self._take(data, data.draw(st.sampled_from(sources), label="lease"))
             if held is not None:
                 plan.append((held, OwnStep(
                     check_first=data.draw(st.booleans(), label="leased_tx first"),

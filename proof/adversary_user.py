@@ -280,7 +280,7 @@ def record_outside(tx: Tx, scope: str, payload: dict[str, Any], row: EffectRow) 
 class OwnStep:
     """One attempt inside the caller's own ``store.transaction()``: write, maybe fail, ACK."""
 
-    check_first: bool  # leased_tx before writing (the fenced read)
+    check_first: bool  # leased_tx before writing (the fenced read; not before complete_many_tx)
     writes: bool  # write the effect row
     failure: str | None  # None, "plain", "savepoint_after", "savepoint_before" or "commit"
     ack: str  # "complete_tx", "ack_tx" or "complete_many_tx" (of this one lease)
@@ -315,7 +315,7 @@ def run_own_step(tx: Tx, store: Store, lease: Lease, step: OwnStep, row: EffectR
     is not swallowed escapes, and ends the transaction).
     """
     caught: tuple[type[QueueError], ...] = (LeaseLost, StatementFailed) if step.swallow else ()
-    if step.check_first:
+    if step.check_first and step.ack != "complete_many_tx":  # which reads each lease itself
         try:
             store.leased_tx(tx, lease)
             seen.checked = "done"

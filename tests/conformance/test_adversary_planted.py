@@ -28,6 +28,7 @@ def test_every_planted_bug_still_applies() -> None:
     assert len({p.name for p in PLANTED}) == len(PLANTED)
 
 
+@pytest.mark.slow  # a process per run, as the crash and chaos runs (make test runs it; make check does not)
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("name", [p.name for p in PLANTED])
 def test_the_adversary_finds_a_reverted_fix(engine: str, name: str, tmp_path: Path,
