@@ -381,3 +381,16 @@ def wait_for_diagrams(page, expected: int) -> None:
 
 def mermaid_loads(requested: list[str]) -> list[str]:
     return [url for url in requested if urlparse(url).path.endswith("/" + MERMAID)]
+
+
+def screenshots_in_both_palettes(page, name: str, selector: str | None = None) -> None:
+    """Save ``name``-light.png and ``name``-dark.png of the open page (or of ``selector``) in
+    ARTIFACTS, switching the palette as the system preference does."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for scheme, palette in (("light", "default"), ("dark", "slate")):
+        page.emulate_media(color_scheme=scheme)
+        page.wait_for_function(
+            f"() => document.body.getAttribute('data-md-color-scheme') === '{palette}'", timeout=10_000)
+        shot = ARTIFACTS / f"{name}-{scheme}.png"
+        (page.locator(selector) if selector else page).screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000, shot
