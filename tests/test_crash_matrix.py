@@ -87,7 +87,7 @@ def failures(rows: list[CrashRow]) -> str:
 
 
 def test_every_fault_point_is_crashed_at_both_ways(matrix: list[CrashRow]) -> None:
-    assert len(PROBE_POINTS) == 42  # 36 of the simple path (claim: 4, one statement; extend and release: 5 each), 3 of each batch operation's own
+    assert len(PROBE_POINTS) == 41  # 35 of the simple path (claim: 4, one statement; fail: 4, one fenced move; extend and release: 5 each), 3 of each batch operation's own
     assert uncovered_points(matrix) == set()
     ways = Counter((row.scenario, row.point, row.hit) for row in matrix)
     assert set(ways.values()) == {2}  # each case once by os._exit, once by SIGKILL

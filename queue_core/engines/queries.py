@@ -156,14 +156,26 @@ class Operations:
         """The fenced extension to ``until``; True if the lease was current."""
         return self._fenced_move(conn, queue, [lease], "extend", {"now": now, "until": until}) == 1
 
+    def fail(
+        self, conn: Connection, queue: str, lease: Lease, move: str, times: Times, *,
+        code: str, detail: str | None, available_at: int | None,
+    ) -> bool:
+        """The fenced failure of ``lease``: ``move`` "retry" (ready at ``available_at``) or "dead",
+        recording ``code`` and ``detail``; True if the lease was current."""
+        return self._fenced_move(
+            conn, queue, [lease], move, times, code=code, detail=detail, available_at=available_at
+        ) == 1
+
     def _fenced_move(
-        self, conn: Connection, queue: str, leases: Sequence[Lease], move: str, times: Times
+        self, conn: Connection, queue: str, leases: Sequence[Lease], move: str, times: Times,
+        code: str | None = None, detail: str | None = None, available_at: int | None = None,
     ) -> int:
         # the one statement that writes the fence (fenced_move): how many leases moved
         triples = [[lease.event_id, lease.generation, lease.token] for lease in leases]
         return conn.execute(self._q["fenced_move"], {
             "now": times.get("now"), "until": times.get("until"), "queue": queue,
-            "leases": json.dumps(triples), "move": move,
+            "leases": json.dumps(triples), "move": move, "code": code, "detail": detail,
+            "available_at": available_at,
         }).rowcount
 
     def lease_locked(self, conn: Connection, queue: str, event_id: str) -> tuple[Message, int] | None:
@@ -171,22 +183,7 @@ class Operations:
         row = conn.execute(self._q["lease_locked"], {"queue": queue, "event_id": event_id}).fetchone()
         return None if row is None else (message_of(row), row[MESSAGE_FIELDS])
 
-    # ------------------------------------------------------- fail, redrive
-
-    def fail_dead(self, conn: Connection, queue: str, event_id: str, code: str, detail: str | None) -> None:
-        """The message is dead, with ``code`` and ``detail``."""
-        conn.execute(self._q["fail_dead"], {
-            "queue": queue, "event_id": event_id, "code": code, "detail": detail,
-        })
-
-    def fail_retry(
-        self, conn: Connection, queue: str, event_id: str, code: str, detail: str | None, *, available_at: int
-    ) -> None:
-        """The message is ready again at ``available_at``, with ``code`` and ``detail``."""
-        conn.execute(self._q["fail_retry"], {
-            "queue": queue, "event_id": event_id, "code": code, "detail": detail,
-            "available_at": available_at,
-        })
+    # ------------------------------------------------------------- redrive
 
     def state(self, conn: Connection, queue: str, event_id: str) -> str | None:
         """The message's state (its row locked where rows are), or None."""

@@ -4,7 +4,7 @@
 -- One writer at a time (BEGIN IMMEDIATE): what a write transaction reads cannot
 -- change before it writes, so no statement here locks rows.
 -- now: whole seconds, rounded down; until: a new lease's end, rounded up, plus
--- the lease (rules.lease_deadline); both come from the store's clock.
+-- the lease (lifecycle.statement_times); both come from the store's clock.
 
 -- name: enqueue_find
 -- The stored events among a batch's ids (:ids, a JSON array), pruned or not.
@@ -21,48 +21,56 @@ FROM json_each(:events);
 
 -- name: claim_messages
 -- The worker's claim: chooses and leases up to :wanted messages and returns them,
--- in one statement; a candidate whose last lease ran out goes to dead instead.
+-- in one statement; a candidate whose last lease ran out goes to dead instead
+-- (spent: its attempts reached :max_attempts, the rule of lifecycle.ends_cycle).
 -- Among the available, the highest priority first, then the oldest.
 UPDATE messages SET
-  state = CASE WHEN attempts >= :max_attempts THEN 'dead' ELSE 'leased' END,
-  attempts = CASE WHEN attempts >= :max_attempts THEN attempts ELSE attempts + 1 END,
-  generation = CASE WHEN attempts >= :max_attempts THEN generation ELSE generation + 1 END,
-  lease_until = CASE WHEN attempts >= :max_attempts THEN NULL ELSE :until END,
-  lease_token = CASE WHEN attempts >= :max_attempts THEN lease_token ELSE :token END,
-  last_error = CASE WHEN attempts >= :max_attempts THEN :lease_expired ELSE last_error END,
-  last_detail = CASE WHEN attempts >= :max_attempts
+  state = CASE WHEN chosen.spent THEN 'dead' ELSE 'leased' END,
+  attempts = CASE WHEN chosen.spent THEN attempts ELSE attempts + 1 END,
+  generation = CASE WHEN chosen.spent THEN generation ELSE generation + 1 END,
+  lease_until = CASE WHEN chosen.spent THEN NULL ELSE :until END,
+  lease_token = CASE WHEN chosen.spent THEN lease_token ELSE :token END,
+  last_error = CASE WHEN chosen.spent THEN :lease_expired ELSE last_error END,
+  last_detail = CASE WHEN chosen.spent
     THEN 'the lease of claim ' || CAST(attempts AS TEXT)
          || ' of ' || CAST(:max_attempts AS TEXT) || ' ended at '
          || coalesce(CAST(lease_until AS TEXT), 'None')
          || ' with no completion'
     ELSE last_detail END,
   expired_leases = expired_leases
-    + CASE WHEN attempts >= :max_attempts OR state = 'leased' THEN 1 ELSE 0 END
-WHERE queue = :queue AND event_id IN (
-  SELECT event_id FROM messages
+    + CASE WHEN chosen.spent OR state = 'leased' THEN 1 ELSE 0 END
+FROM (
+  SELECT event_id AS chosen_id, attempts >= :max_attempts AS spent FROM messages
   WHERE queue = :queue AND state IN ('ready', 'leased')
     AND available_at <= :now
     AND (state = 'ready' OR lease_until <= :now)
   ORDER BY priority DESC, available_at, event_id
-  LIMIT :wanted)
+  LIMIT :wanted) AS chosen
+WHERE queue = :queue AND event_id = chosen.chosen_id
 -- the hash itself, not "IS NOT NULL": SQLite 3.40 answers that wrongly in
 -- the rows an UPDATE of a STRICT table returns (1 for a NULL)
 RETURNING event_id, payload, state, attempts, generation, available_at, lease_until,
-  last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue, priority;
+  last_error, last_detail, enqueued_at, done_at, expired_leases,
+  payload_sha256 AS pruned, queue, priority;
 
 -- name: fenced_move
 -- The fence, written once: each lease of :leases (a JSON array of
 -- [event_id, generation, claim token]) moves only while it is its message's
 -- current, unexpired lease: its generation, its claim token, leased, before
--- its deadline. :move says where to: 'ack' marks the message done (the ACK);
--- 'release' makes it ready again at its old place, and the claim that took it
--- does not count as an attempt; 'extend' keeps the lease until :until.
+-- its deadline. :move says where to (lifecycle.MOVES): 'ack' marks the message
+-- done (the ACK); 'release' makes it ready again at its old place, and the
+-- claim that took it does not count as an attempt; 'extend' keeps the lease
+-- until :until; 'retry' makes it ready again at :available_at and 'dead' ends
+-- its cycle, both recording the failure (:code, :detail).
 UPDATE messages SET
-  state       = CASE :move WHEN 'ack' THEN 'done' WHEN 'release' THEN 'ready'
-                ELSE state END,
-  lease_until = CASE :move WHEN 'extend' THEN :until END,
-  done_at     = CASE :move WHEN 'ack' THEN :now END,
-  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END
+  state        = CASE :move WHEN 'ack' THEN 'done' WHEN 'release' THEN 'ready'
+                 WHEN 'retry' THEN 'ready' WHEN 'dead' THEN 'dead' ELSE state END,
+  lease_until  = CASE :move WHEN 'extend' THEN :until END,
+  done_at      = CASE :move WHEN 'ack' THEN :now END,
+  attempts     = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END,
+  available_at = CASE :move WHEN 'retry' THEN :available_at ELSE available_at END,
+  last_error   = CASE WHEN :move IN ('retry', 'dead') THEN :code ELSE last_error END,
+  last_detail  = CASE WHEN :move IN ('retry', 'dead') THEN :detail ELSE last_detail END
 WHERE queue = :queue
   AND (event_id, generation, lease_token) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
@@ -84,19 +92,6 @@ SELECT event_id, payload, state, attempts, generation, available_at, lease_until
   last_error, last_detail, enqueued_at, done_at, expired_leases,
   payload_sha256 IS NOT NULL, queue, priority, lease_token
 FROM messages WHERE queue = :queue AND event_id = :event_id;
-
--- name: fail_dead
--- A failure that ends the cycle: dead, with its code and reason.
-UPDATE messages SET state = 'dead', lease_until = NULL, last_error = :code,
-  last_detail = :detail
-WHERE queue = :queue AND event_id = :event_id;
-
--- name: fail_retry
--- A temporary failure with attempts left: ready again after the backoff.
-UPDATE messages
-SET state = 'ready', lease_until = NULL, available_at = :available_at,
-    last_error = :code, last_detail = :detail
-WHERE queue = :queue AND event_id = :event_id;
 
 -- name: redrive_state
 -- A message's state, before a redrive.
