@@ -30,8 +30,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "queue_core"
 # (module, what it imports, why it is still so). One line each; remove a line
 # when the import is gone.
 KNOWN_VIOLATIONS: tuple[tuple[str, str, str], ...] = (
-    ("queue_core.app.crash_child", "queue_core.testing.faults",
-     "the reference application's crashing child injects the testing kit's FaultPlan and Tracer"),
     ("queue_core.engines.sqlite", "queue_core.engines",
      "shares the seam's Connection, APPLICATION_ID and migrations, defined in engines/__init__.py"),
     ("queue_core.engines.postgres", "queue_core.engines",
