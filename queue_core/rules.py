@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
 from .clock import MAX_SECONDS
+from .engines import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported: the engine's default
 from .errors import InvalidTime
 from .values import Lease, Message
 
@@ -29,8 +30,9 @@ MAX_ATTEMPTS: Final = 3
 # at most 100 claims per cycle: past the cap, each further claim only waits the
 # cap again, so a longer budget is a loop, not a retry
 MAX_ATTEMPTS_LIMIT: Final = 100
-BUSY_TIMEOUT_MS: Final = 2_000  # SQLite's own wait for the write lock, per attempt
-# then we back off and retry until this much time has passed
+# After the engine's own wait for a lock (its busy timeout: BUSY_TIMEOUT_MS, the
+# SQLite engine's, re-exported here for the command line), we back off and retry
+# until this much time has passed.
 BUSY_RETRY_SECONDS: Final = 60.0
 
 # The named steps of each write operation, where a probe is called: its

@@ -44,7 +44,7 @@ from .admin import Administering
 from .claims import Claiming
 from .clock import Clock, SystemClock
 from .completion import Completing
-from .engines import Engine, engine_for
+from .engines import BUSY_TIMEOUT_MS, Engine, engine_for
 from .enqueues import Enqueueing
 from .errors import UnknownQueue
 from .lifecycle import HANDLER_ERROR, LEASE_EXPIRED, lease_deadline, refusal
@@ -53,7 +53,6 @@ from .reads import Reading
 from .rules import (
     BATCH_OPERATIONS,
     BUSY_RETRY_SECONDS,
-    BUSY_TIMEOUT_MS,
     DEFAULT_LEASE_SECONDS,
     MAX_ATTEMPTS,
     MAX_ATTEMPTS_LIMIT,

@@ -23,16 +23,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Concatenate, Final, NoReturn, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, NoReturn, ParamSpec, TypeVar
 
 from . import interrupts
 from .clock import Clock
-from .engines import Connection, Engine, Rows
+from .engines import Connection, Engine, Operations, Rows
 from .errors import InputError, LeaseLost, StatementFailed, StatementRefused, StorageError
 from .lifecycle import statement_times
-
-if TYPE_CHECKING:
-    from .engines.queries import Operations
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -53,10 +50,12 @@ class Tx:
         clock: Clock,
         *,
         server_clock: bool = False,
-        queue: str = "default",
+        queue: str | None = "default",
     ) -> None:
         self.conn = conn
-        self.queue = queue  # the store's queue: what a handler's effect may name
+        # the store's queue: what a handler's effect may name (None: a database
+        # that is not a queue's, ``receipts.transaction``)
+        self.queue = queue
         self.engine = engine
         self.ops: Operations = engine.ops  # the protocol's operations on this engine
         self.clock = clock
@@ -167,19 +166,19 @@ class Tx:
 
     def savepoint(self, name: str) -> None:
         """Open one of the queue's own savepoints (``name`` is the queue's, never a caller's)."""
-        self.conn.execute(f"SAVEPOINT {name}")
+        self.engine.savepoint(self.conn, name)
         self._savepoints.append((name, self._doomed))
 
     def rollback_to(self, name: str) -> None:
         """Undo everything after savepoint ``name``, the doom of it included; it stays open."""
-        self.conn.execute(f"ROLLBACK TO {name}")
+        self.engine.rollback_to(self.conn, name)
         while self._savepoints[-1][0] != name:
             self._savepoints.pop()
         self._doomed = self._savepoints[-1][1]
 
     def release(self, name: str) -> None:
         """Close savepoint ``name``, keeping what came after it."""
-        self.conn.execute(f"RELEASE {name}")
+        self.engine.release_savepoint(self.conn, name)
         while self._savepoints.pop()[0] != name:
             pass
 
@@ -220,10 +219,10 @@ class Transactions:
         server_clock: bool,
         busy_retry_seconds: float,
         probe: Probe | None,
-        queue: str,
+        queue: str | None,
     ) -> None:
         self.engine = engine
-        self.queue = queue  # every statement names it: a store is one queue
+        self.queue = queue  # every statement names it: a store is one queue (None: no queue)
         self.clock = clock
         self.busy_retry_seconds = busy_retry_seconds
         self._server_clock = server_clock
@@ -483,7 +482,7 @@ class _Transaction:
                     if self._operation is not None:
                         self._runner._at(f"{self._operation}.before_commit")
                     with interrupts.committing():  # never cancelled by the queue's own Ctrl-C
-                        self._conn.execute("COMMIT")
+                        self._runner.engine.commit(self._conn)
                 except BaseException as failed:
                     exc = failed
         elif self._kind == ALONE:
@@ -505,7 +504,7 @@ class _Transaction:
             try:
                 if (exc is not None or self._kind == READ) and conn.in_transaction:
                     try:
-                        conn.execute("ROLLBACK")
+                        runner.engine.rollback(conn)
                     except Exception as failed:
                         # after an error the connection is discarded, which rolls
                         # back as well; a read's own ROLLBACK that failed is raised

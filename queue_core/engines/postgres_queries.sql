@@ -19,7 +19,7 @@ SELECT pg_advisory_xact_lock(hashtext(%(scope)s || '/' || %(tenant)s), hashtext(
 
 -- name: server_time
 -- The server's clock in seconds, with its fraction: one clock for every host.
-SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION);
+SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) AS seconds;
 
 -- name: enqueue_find
 -- The stored events among a batch's ids (ids, a JSON array), pruned or not.
@@ -105,14 +105,14 @@ WHERE queue = %(queue)s
 -- One message.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
 -- name: lease_locked
 -- One message with its lease's claim token, for the fenced check.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority, lease_token
+  payload_sha256 IS NOT NULL AS pruned, queue, priority, lease_token
 FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s FOR UPDATE;
 
 -- name: redrive_state
@@ -142,31 +142,31 @@ WHERE queue = %(queue)s AND state = 'dead'
 RETURNING event_id;
 
 -- name: status_counts
-SELECT state, count(*) FROM messages WHERE queue = %(queue)s GROUP BY state;
+SELECT state, count(*) AS count FROM messages WHERE queue = %(queue)s GROUP BY state;
 
 -- name: messages_all
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = %(queue)s ORDER BY event_id;
 
 -- name: messages_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = %(queue)s AND state = %(state)s ORDER BY event_id;
 
 -- name: messages_first
 -- The first limit messages, by event id.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = %(queue)s ORDER BY event_id LIMIT %(limit)s;
 
 -- name: messages_first_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = %(queue)s AND state = %(state)s ORDER BY event_id LIMIT %(limit)s;
 
 -- name: purge_state
@@ -175,15 +175,16 @@ DELETE FROM messages WHERE queue = %(queue)s AND state = %(state)s
   AND state IN ('ready', 'dead');
 
 -- name: oldest_ready
-SELECT min(enqueued_at) FROM messages WHERE queue = %(queue)s AND state = 'ready';
+SELECT min(enqueued_at) AS oldest FROM messages WHERE queue = %(queue)s AND state = 'ready';
 
 -- name: dead_attempts
-SELECT attempts, count(*) FROM messages
+SELECT attempts, count(*) AS count FROM messages
 WHERE queue = %(queue)s AND state = 'dead' GROUP BY attempts ORDER BY attempts;
 
 -- name: done_summary
 -- The timed done messages: how many, the longest, the sum.
-SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0)
+SELECT count(*) AS done, max(done_at - enqueued_at) AS longest,
+  coalesce(sum(done_at - enqueued_at), 0) AS total
 FROM messages WHERE queue = %(queue)s AND state = 'done'
   AND enqueued_at IS NOT NULL AND done_at IS NOT NULL;
 
@@ -195,7 +196,7 @@ FROM messages WHERE queue = %(queue)s AND state = 'done'
 ORDER BY seconds LIMIT 1 OFFSET %(offset)s;
 
 -- name: expired_and_pruned
-SELECT coalesce(sum(expired_leases), 0), count(payload_sha256)
+SELECT coalesce(sum(expired_leases), 0) AS expired, count(payload_sha256) AS pruned
 FROM messages WHERE queue = %(queue)s;
 
 -- name: work_counters
@@ -206,10 +207,10 @@ WITH kept AS (
   WHERE queue = %(queue)s
 )
 SELECT
-  count(*) FILTER (WHERE state = 'done') + coalesce((SELECT processed FROM kept), 0),
-  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0),
-  count(*) FILTER (WHERE state = 'dead') + coalesce((SELECT dead FROM kept), 0),
-  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0)
+  count(*) FILTER (WHERE state = 'done') + coalesce((SELECT processed FROM kept), 0) AS processed,
+  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0) AS retried,
+  count(*) FILTER (WHERE state = 'dead') + coalesce((SELECT dead FROM kept), 0) AS dead,
+  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0) AS expired_leases
 FROM messages WHERE queue = %(queue)s;
 
 -- name: prune_chunk
@@ -223,7 +224,7 @@ UPDATE messages SET payload = '{}', payload_sha256 = %(digest)s
 WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
 -- name: prune_unknown_age
-SELECT count(*) FROM messages WHERE queue = %(queue)s AND state = 'done' AND done_at IS NULL;
+SELECT count(*) AS count FROM messages WHERE queue = %(queue)s AND state = 'done' AND done_at IS NULL;
 
 -- name: queue_settings
 -- One queue's settings, its retry policy last.
@@ -245,7 +246,7 @@ SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes,
 FROM queues ORDER BY name;
 
 -- name: queue_counts
-SELECT queue, state, count(*) FROM messages GROUP BY queue, state;
+SELECT queue, state, count(*) AS count FROM messages GROUP BY queue, state;
 
 -- name: receipt_lookup
 SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts

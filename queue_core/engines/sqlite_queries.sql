@@ -83,14 +83,14 @@ WHERE queue = :queue
 -- One message.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = :queue AND event_id = :event_id;
 
 -- name: lease_locked
 -- One message with its lease's claim token, for the fenced check.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority, lease_token
+  payload_sha256 IS NOT NULL AS pruned, queue, priority, lease_token
 FROM messages WHERE queue = :queue AND event_id = :event_id;
 
 -- name: redrive_state
@@ -117,31 +117,31 @@ WHERE queue = :queue AND state = 'dead' AND event_id IN (
 RETURNING event_id;
 
 -- name: status_counts
-SELECT state, count(*) FROM messages WHERE queue = :queue GROUP BY state;
+SELECT state, count(*) AS count FROM messages WHERE queue = :queue GROUP BY state;
 
 -- name: messages_all
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = :queue ORDER BY event_id;
 
 -- name: messages_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = :queue AND state = :state ORDER BY event_id;
 
 -- name: messages_first
 -- The first :limit messages, by event id.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = :queue ORDER BY event_id LIMIT :limit;
 
 -- name: messages_first_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL, queue, priority
+  payload_sha256 IS NOT NULL AS pruned, queue, priority
 FROM messages WHERE queue = :queue AND state = :state ORDER BY event_id LIMIT :limit;
 
 -- name: purge_state
@@ -150,15 +150,16 @@ DELETE FROM messages WHERE queue = :queue AND state = :state
   AND state IN ('ready', 'dead');
 
 -- name: oldest_ready
-SELECT min(enqueued_at) FROM messages WHERE queue = :queue AND state = 'ready';
+SELECT min(enqueued_at) AS oldest FROM messages WHERE queue = :queue AND state = 'ready';
 
 -- name: dead_attempts
-SELECT attempts, count(*) FROM messages
+SELECT attempts, count(*) AS count FROM messages
 WHERE queue = :queue AND state = 'dead' GROUP BY attempts ORDER BY attempts;
 
 -- name: done_summary
 -- The timed done messages: how many, the longest, the sum.
-SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0)
+SELECT count(*) AS done, max(done_at - enqueued_at) AS longest,
+  coalesce(sum(done_at - enqueued_at), 0) AS total
 FROM messages WHERE queue = :queue AND state = 'done'
   AND enqueued_at IS NOT NULL AND done_at IS NOT NULL;
 
@@ -170,7 +171,7 @@ FROM messages WHERE queue = :queue AND state = 'done'
 ORDER BY seconds LIMIT 1 OFFSET :offset;
 
 -- name: expired_and_pruned
-SELECT coalesce(sum(expired_leases), 0), count(payload_sha256)
+SELECT coalesce(sum(expired_leases), 0) AS expired, count(payload_sha256) AS pruned
 FROM messages WHERE queue = :queue;
 
 -- name: work_counters
@@ -181,10 +182,10 @@ WITH kept AS (
   WHERE queue = :queue
 )
 SELECT
-  coalesce(sum(state = 'done'), 0) + coalesce((SELECT processed FROM kept), 0),
-  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0),
-  coalesce(sum(state = 'dead'), 0) + coalesce((SELECT dead FROM kept), 0),
-  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0)
+  coalesce(sum(state = 'done'), 0) + coalesce((SELECT processed FROM kept), 0) AS processed,
+  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0) AS retried,
+  coalesce(sum(state = 'dead'), 0) + coalesce((SELECT dead FROM kept), 0) AS dead,
+  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0) AS expired_leases
 FROM messages WHERE queue = :queue;
 
 -- name: prune_chunk
@@ -198,7 +199,7 @@ UPDATE messages SET payload = '{}', payload_sha256 = :digest
 WHERE queue = :queue AND event_id = :event_id;
 
 -- name: prune_unknown_age
-SELECT count(*) FROM messages WHERE queue = :queue AND state = 'done' AND done_at IS NULL;
+SELECT count(*) AS count FROM messages WHERE queue = :queue AND state = 'done' AND done_at IS NULL;
 
 -- name: queue_settings
 -- One queue's settings, its retry policy last.
@@ -220,7 +221,7 @@ SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes,
 FROM queues ORDER BY name;
 
 -- name: queue_counts
-SELECT queue, state, count(*) FROM messages GROUP BY queue, state;
+SELECT queue, state, count(*) AS count FROM messages GROUP BY queue, state;
 
 -- name: receipt_lookup
 SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts
