@@ -57,8 +57,13 @@ _PRODUCT = (
     ),
     (
         "built on the store",
-        ("queue_core.receipts", "queue_core.worker", "queue_core.worker_threads",
-         "queue_core.schedules", "queue_core.handlers"),
+        (
+            "queue_core.receipts",
+            "queue_core.worker",
+            "queue_core.worker_threads",
+            "queue_core.schedules",
+            "queue_core.handlers",
+        ),
         "what ships with the store and is built on it: receipts, the worker loop and its "
         "threads, the schedules, the handlers' shapes; the store imports none of them",
     ),
@@ -300,22 +305,53 @@ def label(module: str) -> str:
     return path.relative_to(ROOT).as_posix() if path else module
 
 
-def mermaid(graph: Mapping[str, set[str]]) -> str:
-    """A mermaid flowchart, top-down by LAYERS: one box per layer, every arrow from a
-    module to one it imports."""
+def _node_id(name: str) -> str:
+    return name.replace(".", "_").replace(" ", "_")
+
+
+def layer_edges(graph: Mapping[str, set[str]]) -> dict[tuple[str, str], int]:
+    """(importing layer, imported layer) -> how many imports go that way, between layers."""
+    counts: dict[tuple[str, str], int] = {}
+    for name in graph:
+        layer = layer_of(name)
+        for target in graph[name]:
+            below = layer_of(target)
+            if layer is None or below is None or below is layer:
+                continue
+            key = (layer.name, below.name)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def layers_mermaid(graph: Mapping[str, set[str]]) -> str:
+    """The overview: one box per layer (with its number of modules), top to bottom, and an
+    arrow from a layer to each layer its modules import."""
     lines = ["flowchart TB"]
-    ids = {name: name.replace(".", "_") for name in graph}
     for layer in LAYERS:
-        members = sorted(n for n in graph if layer_of(n) is layer)
-        if not members:
-            continue
-        lines.append(f'    subgraph {layer.name.replace(" ", "_")}["{layer.name}"]')
-        lines.extend(f'        {ids[n]}["{label(n)}"]' for n in members)
-        lines.append("    end")
-    for name in sorted(n for n in graph if layer_of(n) is None):
-        lines.append(f'    {ids[name]}["{label(name)}"]')
-    for name in sorted(graph):
-        for target in sorted(graph[name]):
-            if target in ids:
-                lines.append(f"    {ids[name]} --> {ids[target]}")
+        members = [n for n in graph if layer_of(n) is layer]
+        if members:
+            count = f"{len(members)} module{'s' if len(members) != 1 else ''}"
+            lines.append(f'    {_node_id(layer.name)}["{layer.name}<br/>{count}"]')
+    for source, target in sorted(layer_edges(graph)):
+        lines.append(f"    {_node_id(source)} --> {_node_id(target)}")
     return "\n".join(lines)
+
+
+def layer_mermaid(graph: Mapping[str, set[str]], layer_name: str) -> str:
+    """One layer in detail, top-down: its modules and the imports between them; what a
+    module imports from the other layers is written in its box ("uses: words")."""
+    layer = next(layer for layer in LAYERS if layer.name == layer_name)
+    members = sorted(n for n in graph if layer_of(n) is layer)
+    lines = ["flowchart TB"]
+    arrows: list[str] = []
+    for name in members:
+        outside: set[str] = set()
+        for target in sorted(graph[name]):
+            below = layer_of(target)
+            if below is layer:
+                arrows.append(f"    {_node_id(name)} --> {_node_id(target)}")
+            else:  # another layer, or proof, docs_support, ... named as they are
+                outside.add(below.name if below is not None else target)
+        uses = f"<br/>uses: {', '.join(sorted(outside))}" if outside else ""
+        lines.append(f'    {_node_id(name)}["{label(name)}{uses}"]')
+    return "\n".join(lines + arrows)

@@ -24,7 +24,9 @@
   here-document's lines are part of its command). Material copies a block's
   `data-copy` attribute when it has one (its clipboard integration copies the
   text of the closest element with `data-copy`, else the code's own text);
-  the shortened programs above use the same attribute.
+  the shortened programs above use the same attribute. A line of its
+  output longer than the block (a one-line JSON document, a one-line error)
+  wraps in the block, with a hanging indent, instead of scrolling out of sight.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
+from docs_support.code_width import MAX_COLUMNS
 from docs_support.run_here import SECTION_MARK, needs_a_machine, program, shown_and_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,9 +113,83 @@ def zipped(entries: Iterable[tuple[str, bytes]]) -> bytes:
     return buffer.getvalue()
 
 
+DOCS = ROOT / "docs"
+CHAPTER = re.compile(r"^# (?:(?P<number>\d+)\. )?(?P<title>.+)$", re.M)
+# What the batches are, for the README of the zip (a .jsonl has no docstring).
+DATA = {
+    "demo.jsonl": "the reference demo's five lines; the pages' shell sessions call it"
+    " batch.jsonl (cp demo.jsonl batch.jsonl)",
+    "envelope_bad_line.jsonl": "a batch whose third line repeats a key",
+    "envelope_conflict.jsonl": "a new E0005 with a changed E0001",
+}
+
+
+def chapter_of(name: str) -> tuple[str, str] | None:
+    """The page that shows a program or batch: (its path in the site, its title).
+
+    The chapter a reader meets first: the lowest numbered page that names it,
+    else the first page (by name) that does.
+    """
+    found: list[tuple[float, str, str]] = []
+    for page in sorted(DOCS.rglob("*.md")):
+        if "includes" in page.parts:
+            continue
+        text = page.read_text("utf-8")
+        if not re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", text):
+            continue
+        head = CHAPTER.search(text)
+        if head is None:
+            continue
+        number = float(head["number"]) if head["number"] else float("inf")
+        title = head.group(0)[2:]
+        site_path = page.relative_to(DOCS).with_suffix("").as_posix() + "/"
+        found.append((number, site_path, title))
+    if not found:
+        return None
+    _, site_path, title = min(found)
+    return site_path, title
+
+
+def summary(path: Path) -> str:
+    """The first line of a program's docstring (its own one-line summary)."""
+    if path.suffix != ".py":
+        return DATA.get(path.name, "")
+    text = program(path).lstrip()
+    if not text.startswith('"""'):
+        return ""
+    first = text[3:].split('"""', 1)[0].split("\n\n", 1)[0]  # its first paragraph
+    return " ".join(first.split())
+
+
+def examples_readme() -> str:
+    """The zip's README.md: how to run a program, and each one's chapter."""
+    lines = [
+        "# queue_core examples",
+        "",
+        "Every program and batch that the documentation site shows, as the site shows",
+        "it. Each program runs alone, in an empty folder, once queue_core is",
+        "installed (`pip install .` in a clone of its repository): copy it there and",
+        "run `python NAME.py`. It prints what its chapter shows under it, and leaves",
+        "nothing behind (each makes its database in a temporary folder).",
+        "",
+        "| file | chapter (its page on the site) | what it shows |",
+        "| --- | --- | --- |",
+    ]
+    for path in in_archive():
+        where = chapter_of(path.name)
+        chapter = f"{where[1]} (`{where[0]}`)" if where else ""
+        lines.append(f"| `{path.name}` | {chapter} | {summary(path)} |")
+    return "\n".join(lines) + "\n"
+
+
 def archive() -> bytes:
-    """Every example in one zip, under a folder of its own."""
-    return zipped((f"queue_core-examples/{p.name}", published(p)) for p in in_archive())
+    """Every example in one zip, under a folder of its own, with a README mapping each
+    one to its chapter."""
+    entries = [(f"queue_core-examples/{p.name}", published(p)) for p in in_archive()]
+    entries.insert(
+        0, ("queue_core-examples/README.md", examples_readme().encode("utf-8"))
+    )
+    return zipped(entries)
 
 
 def on_config(config: Any) -> Any:
@@ -224,8 +301,44 @@ def excerpt(indent: str, info: str, name: str) -> list[str] | None:
     ]
 
 
+# The subject of each chapter, in the words a reader searches for. Material's search
+# gives a page's tags a boost far above its titles (1e6 against 1e3), so a search for
+# a subject ("fence", "lease", "dead letter") puts its chapter first, where a shorter
+# title that merely mentions the word (the API reference's ``Lease``, the lab's "one
+# lease, the fence") would otherwise win. Words are stemmed: "fence" finds "fencing".
+# No tag is shown on a page (the tags plugin is off). tests/test_search.py types each
+# subject into the built site's search box and checks the ranking.
+SUBJECTS: dict[str, tuple[str, ...]] = {
+    "problem.md": ("lost or doubled",),
+    "envelope.md": ("envelope", "batch", "duplicate"),
+    "lease.md": ("lease",),
+    "fencing.md": ("fencing", "fence", "generation"),
+    "effect-and-ack.md": ("effect", "ACK"),
+    "retry.md": ("retry", "backoff"),
+    "dead-letters.md": ("dead letter", "redrive"),
+    "receipts.md": ("receipt", "idempotency"),
+    "crash.md": ("crash",),
+    "outbox.md": ("outbox",),
+    "limits.md": ("limits",),
+    "own-program.md": ("handler", "worker"),
+    "concurrency.md": ("concurrency",),
+    "performance.md": ("performance",),
+    "postgres.md": ("PostgreSQL",),
+    "operating.md": ("health", "metrics"),
+    "long-work.md": ("heartbeat",),
+    "keeping.md": ("retention", "backup"),
+    "schedules.md": ("schedule", "priority"),
+    "power-cuts.md": ("power cut",),
+    "network-cuts.md": ("network cut",),
+    "failover.md": ("failover",),
+}
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     """Run where a block can run in the browser; long programs shortened; download links."""
+    subjects = SUBJECTS.get(page.file.src_uri)
+    if subjects is not None:
+        page.meta.setdefault("tags", list(subjects))
     # from this page's folder to the docs root
     up = "../" * page.file.src_uri.count("/")
     run_here = f"{up}run-here.md"
@@ -351,16 +464,37 @@ def whole_program(match: re.Match[str]) -> str:
     return f'{match["head"]}<pre data-copy="{whole}">'
 
 
+TAG = re.compile(r"</?span\b[^>]*>")
+
+
+def wrap_long_lines(code_html: str) -> str:
+    """A block's lines over ``MAX_COLUMNS`` (a session's one-line JSON document or
+    error, a package's SQL file shown whole: docs_support/code_width.py) marked to
+    wrap in their block, with a hanging indent, instead of making it scroll sideways
+    and hiding the line's end."""
+    lines = code_html.split("\n")
+    for index, line in enumerate(lines):
+        text = html.unescape(re.sub(r"<[^>]+>", "", line))
+        tags = TAG.findall(line)
+        balanced = sum(1 if not t.startswith("</") else -1 for t in tags) == 0
+        if len(text) > MAX_COLUMNS and balanced:
+            lines[index] = f'<span class="qc-wrap">{line}</span>'
+    return "\n".join(lines)
+
+
 def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
     content = SHORTENED.sub(whole_program, content)
 
     def mark(match: re.Match[str]) -> str:
-        commands = session_commands(match["code"])
+        whole = match.group(0)
+        code = match["code"]
+        wrapped = whole.replace(code, wrap_long_lines(code), 1)
+        commands = session_commands(code)
         if commands is None:
-            return match.group(0)
+            return wrapped
         return (
             f'<pre data-copy="{html.escape(commands, quote=True)}">'
-            + match.group(0)[len("<pre>") :]
+            + wrapped[len("<pre>") :]
         )
 
     return CODE.sub(mark, content)

@@ -15,13 +15,20 @@ from .engines import THREADS
 from .errors import HandlerFailure, LeaseLost, StorageError, check_retry_after
 from .heartbeat import Heartbeat, check_heartbeat
 from .lifecycle import Failure, after_failure, failure_of, lease_deadline
-from .rules import MAX_BATCH, MessageHandler, check_code, check_handler, check_lease
+from .rules import (
+    MAX_BATCH,
+    MessageHandler,
+    Refused,
+    check_code,
+    check_handler,
+    check_lease,
+)
 from .scope import Scope
 from .transactions import Transactions, Tx, dooms_on_failure
 from .values import Claimed, Completion, Lease, Message, Outcome
 
 
-# The queue's own savepoints: names no caller's statement is expected to use.
+# The queue's own savepoints (engines/caller_statements.py refuses a caller's use).
 _MESSAGE = "queue_core_message"
 _BATCH = "queue_core_batch"
 
@@ -80,7 +87,7 @@ class Completing:
         try:
             try:
                 result = self._effects_then_ack(tx, [(lease, claimed)], handler)[0]
-            except _Refused as refused:
+            except Refused as refused:
                 if not tx.conn.in_transaction:
                     # SQLite itself ended the transaction (e.g. a full disk):
                     # nothing is left to record the refusal in
@@ -105,7 +112,7 @@ class Completing:
 
         A message not given is read first, fenced, from the database (the
         payload never comes from the caller). A handler that refuses or raises
-        ends it with ``_Refused``; the caller undoes the effects and records
+        ends it with ``Refused``; the caller undoes the effects and records
         the refusal (``_record_failure``), in this transaction or in one of its own.
         """
         tx.raise_if_doomed()
@@ -125,8 +132,8 @@ class Completing:
                 if doomed is not None and not isinstance(exc, HandlerFailure) and (
                     exc is not tx.doom_cause
                 ):
-                    raise _Refused(doomed) from exc
-                raise _Refused(exc) from exc
+                    raise Refused(doomed) from exc
+                raise Refused(exc) from exc
             self._scope.at("complete.after_effect")
         leases = [lease for lease, _ in batch]
         if not read:
@@ -155,11 +162,11 @@ class Completing:
                 done = self._effects_then_ack(
                     tx, [(c.lease, c.message) for c in batch], handler
                 )
-        except (_Refused, LeaseLost, StorageError) as unusual:
+        except (Refused, LeaseLost, StorageError) as unusual:
             if not tx.conn.in_transaction:
                 # SQLite itself ended the transaction (e.g. a full disk): nothing
                 # is left to undo to, or to record a refusal in
-                raise (unusual.error if isinstance(unusual, _Refused) else unusual) from None
+                raise (unusual.error if isinstance(unusual, Refused) else unusual) from None
             tx.rollback_to(_BATCH)
             tx.release(_BATCH)
             return None
@@ -192,7 +199,7 @@ class Completing:
             return self._runner._write(
                 "complete", lambda tx: self._effects_then_ack(tx, pair, handler)[0]
             )
-        except _Refused as refused:
+        except Refused as refused:
             failure = failure_of(refused.error)
         return self._runner._write(
             "fail",
@@ -494,9 +501,7 @@ class Completing:
     def complete_many(
         self, leases: Iterable[Lease | Claimed], handler: MessageHandler
     ) -> list[Completion]:
-        """Complete several leased messages in one transaction.
-
-        Each message has its own effect and ACK.
+        """Complete several leased messages in one transaction, each with its own effect and ACK.
 
         Every message runs exactly as in ``complete`` (fenced check, the
         handler's writes, re-check, ACK), inside a savepoint of its own: its
@@ -523,15 +528,27 @@ class Completing:
             )
         check_handler(handler)
         return self._runner._write(
-            "complete_many", lambda tx: self.complete_many_tx(tx, batch, handler)
+            "complete_many", lambda tx: self._complete_many_in(tx, batch, handler)
         )
 
     @dooms_on_failure
     def complete_many_tx(
         self, tx: Tx, leases: Iterable[Lease | Claimed], handler: MessageHandler
     ) -> list[Completion]:
-        """``complete_many`` inside the caller's transaction."""
-        batch = list(leases)
+        """``complete_many`` inside the caller's transaction; a lost lease dooms ``tx``.
+
+        The store cannot tell which of your own writes in ``tx`` belonged to
+        that message, so its COMMIT raises ``LeaseLost`` (as after ``complete_tx``).
+        """
+        results = self._complete_many_in(tx, list(leases), handler)
+        lost = [r for r in results if r.outcome is Outcome.LEASE_LOST]
+        if lost:
+            tx.doom(LeaseLost(f"{lost[0].event_id}: {lost[0].detail}"))
+        return results
+
+    def _complete_many_in(
+        self, tx: Tx, batch: list[Lease | Claimed], handler: MessageHandler
+    ) -> list[Completion]:
         claimed = [item for item in batch if isinstance(item, Claimed)]
         if claimed and len(claimed) == len(batch):
             done = self._complete_claimed_tx(tx, claimed, handler)
@@ -544,8 +561,7 @@ class Completing:
                 if isinstance(item, Claimed)
                 else (item, None)
             )
-            try:
-                # undoes its own message on LeaseLost
+            try:  # undoes its own message on LeaseLost
                 results.append(self._complete_with(tx, lease, handler, message))
             except LeaseLost as lost:
                 results.append(
@@ -557,11 +573,3 @@ class Completing:
                     )
                 )
         return results
-
-
-class _Refused(Exception):
-    """A handler's exception, carried out of the completion's transaction."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error

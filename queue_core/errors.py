@@ -163,7 +163,9 @@ class StatementRefused(StatementFailed):
     """A statement given to ``Tx.execute`` that the store does not run.
 
     Codes: ``transaction_control`` (it would begin or end the transaction,
-    which the store does), ``multiple_statements`` (one statement per call).
+    which the store does), ``multiple_statements`` (one statement per call),
+    ``reserved_savepoint`` (it names one of the store's own savepoints,
+    ``queue_core_...``).
     Like any failed statement it dooms the transaction.
     """
 

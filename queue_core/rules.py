@@ -219,3 +219,11 @@ def available_at(now: int, delay: int = 0, at: int | None = None) -> int:
             f"a message waits at most {MAX_DELAY_SECONDS} seconds"
         )
     return max(at, now)
+
+
+class Refused(Exception):
+    """A handler's exception, carried out of the completion's transaction."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error

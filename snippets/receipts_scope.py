@@ -25,6 +25,7 @@ def writes(table):
     return handler
 
 
+# --8<-- [start:shown]
 def run(shared_scope=None, api_first=False):
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "queue.sqlite3"
@@ -36,7 +37,9 @@ def run(shared_scope=None, api_first=False):
                     tx.execute(f"CREATE TABLE {name}_done (event_id TEXT)")
             if api_first:
                 with admin.transaction() as tx:
-                    receipts.record(tx, "acme", "op-1", KEY, lambda: "api-1", scope="api")
+                    receipts.record(
+                        tx, "acme", "op-1", KEY, lambda: "api-1", scope="api"
+                    )
         written = []
         for queue, event_id in (("charges", "c-1"), ("refunds", "r-1")):
             with Store(db, clock=clock, queue=queue) as store:
@@ -44,8 +47,10 @@ def run(shared_scope=None, api_first=False):
                 handler = ReceiptHandler(writes(f"{queue}_done"), scope=shared_scope)
                 done = store.complete(store.claim(), handler)
                 rows = store.read(lambda v: v.execute(f"SELECT * FROM {queue}_done"))
-                written.append(f"{event_id} {done.outcome.value}, effects {len(list(rows))}")
-                kept = [(r.scope, r.effect_queue, r.effect) for r in receipts.stored(store)]
+                effects = len(list(rows))
+                written.append(f"{event_id} {done.outcome.value}, effects {effects}")
+                stored = receipts.stored(store)
+                kept = [(r.scope, r.effect_queue, r.effect) for r in stored]
         return written, kept
 
 
@@ -55,5 +60,9 @@ for title, options in (
     ("an API receipt first, scope api", {"api_first": True}),
 ):
     written, kept = run(**options)
-    print(f"{title}:\n  {'; '.join(written)}\n  receipts {kept}")
+    print(f"{title}:\n  {'; '.join(written)}")
+    print("  receipts (scope, effect queue, effect):")
+    for receipt in kept:
+        print(f"    {receipt}")
     assert (written[1].endswith("effects 0")) == ("shared_scope" in options)
+# --8<-- [end:shown]

@@ -24,8 +24,8 @@ from markdown.extensions.toc import slugify
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGE = DOCS / "compared.md"  # chapter 14: the stall side by side, the mechanisms table, where queue_core is weaker
-SYSTEMS_PAGE = DOCS / "compared-systems.md"  # chapter 15: each system in its own words
+PAGE = DOCS / "compared.md"  # chapter 19: the stall side by side, the mechanisms table, where queue_core is weaker
+SYSTEMS_PAGE = DOCS / "compared-systems.md"  # chapter 20: each system in its own words
 
 # The systems the chapter compares with, each with a word that shows it is
 # named, and the addresses of its own documentation or source.

@@ -348,7 +348,8 @@ BROKEN_RECEIPTS = {
         "UPDATE receipts SET effect = 'E0009' WHERE tenant = 'south'",
         "receipt south/order-7:charge names E0009, which has no effect", (0, 1)),
     "an effect with two receipts": (
-        "INSERT INTO receipts VALUES ('north', 'order-9:charge', '{}', 'E0003', 'default')",
+        "INSERT INTO receipts (scope, tenant, operation, payload, effect, effect_queue) "
+        "VALUES ('default', 'north', 'order-9:charge', '{}', 'E0003', 'default')",
         "effect of E0003 has 2 receipts", (0, 0)),
     "done without effect or receipt": (
         "DELETE FROM receipts WHERE tenant = 'north'",

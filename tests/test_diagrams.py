@@ -1,25 +1,34 @@
 """Every rendered diagram, measured in Chromium as a reader sees it.
 
-On every page of the local build that has a diagram, at 1280 x 900, in the
-light and the dark palette, each Mermaid SVG (Material draws it inside a closed
-shadow root; ``OPEN_SHADOW_ROOTS`` opens it) is measured. The measuring is done
-by tests/test_site.py's every-page check, which loads each page once for all its
-checks (``diagram_defects`` in each palette, then ``diagram_verdict``):
+On every page of the local build that has a diagram, at 1280 x 900 in the
+light and the dark palette, and at 390 px wide (a phone, ``NARROW``), each
+Mermaid SVG (Material draws it inside a closed shadow root;
+``OPEN_SHADOW_ROOTS`` opens it) and each figure drawn by hand (the state
+machine: ``figure.qc-figure``, an inline SVG per layout) is measured. The
+measuring is done by tests/test_site.py's every-page check, which loads each
+page once for all its checks (``diagram_defects`` in each view, then
+``diagram_verdict``):
 
 - **overlap**: no two labels' text boxes intersect;
 - **crossed**: no label is crossed by a drawn line (an edge, a message, a
   section's border) other than its own edge; a node's label by none. Lifelines
   run behind every sequence diagram's messages by design and are not counted;
+- **far**: an edge's label sits on its own edge: within 10 px of it;
 - **cut**: no label's text leaves the SVG or the shape that holds it (a node,
   a participant, a note), and nothing opaque is painted over it;
 - **small**: every label is at least 12 px on screen (its font size times
   the SVG's scale once it is fitted to the page);
 - **contrast**: label text has at least 4.5:1 against what is painted behind it
-  (WCAG 1.4.3), lines and arrowheads at least 3:1 (WCAG 1.4.11).
+  (WCAG 1.4.3), lines and arrowheads at least 3:1 (WCAG 1.4.11);
+- **wide**: a drawing wider than its column is in a frame that scrolls
+  sideways and says so, to the eye (a hint just before it) and to a screen
+  reader (a region named for scrolling); no diagram's box is wider than its
+  column.
 
 Each check has a negative control: crafted SVGs, drawn into shadow roots as
-Material does, that overlap, cross, cut, are too small or too faint, must fail
-exactly the check that names them; a clean one must pass them all.
+Material does, that overlap, cross, stray from their edge, cut, are too small,
+too faint or too wide, must fail exactly the check that names them; a clean one
+must pass them all.
 """
 
 from __future__ import annotations
@@ -30,14 +39,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.site_build import ARTIFACTS, diagrams_in, html_of, site_pages
+from tests.site_build import ARTIFACTS, diagrams_in, figures_in, html_of, site_pages
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-KINDS = ("overlap", "crossed", "cut", "small", "contrast")
+KINDS = ("overlap", "crossed", "far", "cut", "small", "contrast", "wide")
 PALETTES = (("light", "default"), ("dark", "slate"))
+NARROW = 390  # px: a phone's width, measured in the light palette
+# The views each diagram is measured in: the two palettes at 1280 px, then the narrow window.
+VIEWS = (*(scheme for scheme, _ in PALETTES), "narrow")
 
-# Diagrams still known to fail, as (page, diagram index, palette, kind). The test
+# Diagrams still known to fail, as (page, diagram index, view, kind). The test
 # requires each of them to STILL fail that way, so that the list cannot go stale.
 KNOWN_FAILING: set[tuple[str, int, str, str]] = set()
 
@@ -47,7 +59,7 @@ FRAMED: set[tuple[str, int]] = set()
 # Everything is measured in the page, in one function: labels, lines, paint.
 MEASURE = r"""
 () => {
-  const MIN_PX = 12, TEXT_RATIO = 4.5, LINE_RATIO = 3;
+  const MIN_PX = 12, TEXT_RATIO = 4.5, LINE_RATIO = 3, FAR_PX = 10;
   const canvas = document.createElement("canvas").getContext("2d");
   function rgba(value) {
     if (!value || value === "none" || value.startsWith("url(")) return null;
@@ -205,13 +217,40 @@ MEASURE = r"""
   }
 
   const results = [];
-  const hosts = [...document.querySelectorAll("div.mermaid")].filter(d => d.shadowRoot && d.shadowRoot.querySelector("svg"));
+  // Mermaid's diagrams (each in its shadow root) and the figures drawn by hand (an inline
+  // SVG per layout, of which the page shows the one that fits), in the order of the page.
+  const shown = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const hosts = [...document.querySelectorAll("div.mermaid, figure.qc-figure")].filter(host => host.shadowRoot
+    ? host.shadowRoot.querySelector("svg") : host.localName === "figure");
   hosts.forEach((host, index) => {
-    const root = host.shadowRoot, svg = root.querySelector("svg");
+    const root = host.shadowRoot || document;
+    const svg = host.shadowRoot ? root.querySelector("svg") : [...host.querySelectorAll("svg")].find(shown);
     const defects = [];
     const add = (kind, detail) => defects.push({kind, detail});
+    if (!svg) {
+      add("wide", "no layout of the figure shows");
+      results.push({index, labels: 0, lines: 0, framed: false, defects});
+      return;
+    }
     window.scrollTo({left: 0, top: 0, behavior: "instant"});
     const svgRect = pageRect(svg.getBoundingClientRect());
+    // wide: a drawing wider than its column scrolls in a frame that says so, to the eye
+    // (a hint just before it) and to a screen reader (a named region), or it is a defect
+    const column = host.closest("article") || document.body;
+    const columnRect = pageRect(column.getBoundingClientRect());
+    const hostRect = pageRect(host.getBoundingClientRect());
+    if (hostRect.right > columnRect.right + 1 || hostRect.left < columnRect.left - 1)
+      add("wide", `the diagram's box (${Math.round(hostRect.width)} px) is wider than its column (${Math.round(columnRect.width)} px)`);
+    if (svgRect.width > hostRect.width + 1) {
+      const style = getComputedStyle(host);
+      const scrolls = ["auto", "scroll"].includes(style.overflowX) && host.scrollWidth > host.clientWidth;
+      const named = host.getAttribute("role") === "region" && /scroll/i.test(host.getAttribute("aria-label") || "");
+      const hint = host.previousElementSibling;
+      const told = hint && hint.classList.contains("qc-scroll-hint") && shown(hint) && /scroll/i.test(hint.textContent);
+      if (!(scrolls && named && told))
+        add("wide", `drawn ${Math.round(svgRect.width)} px wide in ${Math.round(hostRect.width)} px, `
+            + `${scrolls ? "" : "not scrolling, "}${named ? "" : "no region named for scrolling, "}${told ? "" : "no visible hint"}`);
+    }
     const labels = labelsOf(svg);
     const lines = [...svg.querySelectorAll(CONNECTORS)].filter(el => el.getTotalLength && el.getTotalLength() > 0)
       .map(el => ({el, box: pageRect(el.getBoundingClientRect()), points: pointsOf(el)}));
@@ -240,6 +279,17 @@ MEASURE = r"""
           break;
         }
       }
+    }
+    // far: an edge's label sits on its edge (touches it, or lies within a few pixels of it)
+    for (const l of labels) {
+      if (!l.el.closest("g.edgeLabel")) continue;
+      const own = ownLine(l, lines);
+      if (own.length === 0) continue;
+      const points = lines.filter(line => own.includes(line.el)).flatMap(line => line.points);
+      const r = l.rect;
+      const gap = Math.min(...points.map(([x, y]) => Math.hypot(Math.max(r.left - x, 0, x - r.right),
+                                                               Math.max(r.top - y, 0, y - r.bottom))));
+      if (gap > FAR_PX) add("far", `${name(l)} is ${Math.round(gap)} px from its edge`);
     }
     // cut: outside the SVG or outside its shape
     for (const l of labels) {
@@ -325,8 +375,13 @@ def kinds_of(result: dict) -> set[str]:
     return {d["kind"] for d in result["defects"]}
 
 
+def drawings_in(html: str) -> int:
+    """A page's diagrams of either kind: Mermaid's and the figures drawn by hand."""
+    return diagrams_in(html) + figures_in(html)
+
+
 def diagram_pages(site: Path) -> list[tuple[str, int]]:
-    pages = [(path, diagrams_in(html_of(site, path))) for path in site_pages(site)]
+    pages = [(path, drawings_in(html_of(site, path))) for path in site_pages(site)]
     return [(path, n) for path, n in pages if n]
 
 
@@ -337,8 +392,21 @@ def set_palette(page, scheme: str, palette: str) -> None:
                            timeout=10_000)
 
 
+def narrow_window(page) -> None:
+    """Make the open page NARROW px wide, as a phone's, and let its diagrams fit themselves again."""
+    page.set_viewport_size({"width": NARROW, "height": 844})
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    page.wait_for_timeout(300)
+
+
 def diagram_defects(page, path: str, expected: int, scheme: str) -> dict[tuple[str, int, str], list[dict]]:
-    """Every diagram of the open page in the palette it shows: {(page, index, palette): defects}."""
+    """Every diagram of the open page in the view it shows: {(page, index, view): defects}.
+
+    Folds are opened first (a layer of the code map is drawn in one), and the diagrams in
+    them given the frames to fit themselves."""
+    page.evaluate("""() => new Promise(done => {
+      document.querySelectorAll('article details').forEach(d => { d.open = true });
+      requestAnimationFrame(() => requestAnimationFrame(done)); })""")
     results = measure(page)
     assert len(results) == expected, f"{path}: {len(results)} of {expected} diagrams rendered"
     found: dict[tuple[str, int, str], list[dict]] = {}
@@ -347,15 +415,15 @@ def diagram_defects(page, path: str, expected: int, scheme: str) -> dict[tuple[s
         found[(path, result["index"], scheme)] = result["defects"]
         if result["framed"]:
             FRAMED.add((path, result["index"]))
-    if scheme == "dark" and any(found.values()):
+    if scheme != "light" and any(found.values()):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"diagrams-{path.strip('/') or 'index'}-dark.png"), full_page=True)
     return found
 
 
 def summary(found: dict[tuple[str, int, str], list[dict]]) -> dict[str, Counter]:
-    """Diagrams with at least one defect of each kind, per palette."""
-    counts = {scheme: Counter() for scheme, _ in PALETTES}
+    """Diagrams with at least one defect of each kind, per view."""
+    counts = {view: Counter() for view in VIEWS}
     for (path, index, scheme), defects in found.items():
         for kind in {d["kind"] for d in defects}:
             counts[scheme][kind] += 1
@@ -369,8 +437,8 @@ def diagram_verdict(found: dict[tuple[str, int, str], list[dict]], name: str,
     counts = summary(found)
     measured = {page for page, _, _ in found}
     report = {
-        "diagrams": len(found) // len(PALETTES),
-        "with a defect": {s: sum(1 for (p, i, sc), d in found.items() if sc == s and d) for s, _ in PALETTES},
+        "diagrams": len({(p, i) for p, i, _ in found}),
+        "with a defect": {s: sum(1 for (p, i, sc), d in found.items() if sc == s and d) for s in VIEWS},
         "per kind": {s: dict(c) for s, c in counts.items()},
         "scroll sideways": sorted(f"{p}#{i}" for p, i in FRAMED if p in measured),
         "defects": {f"{p}#{i} {s}": d for (p, i, s), d in sorted(found.items()) if d},
@@ -434,11 +502,14 @@ EDGE_LABEL = ('<g class="edgeLabel" transform="translate({x},{y})"><g class="lab
 CONTROLS = {
     "clean": _svg(NODE.format(x=80, y=100, text="ready") + NODE.format(x=320, y=100, text="leased")
                   + EDGE.format(x1=140, y1=100, x2=260, y2=100, color="#333", marker="head")
-                  + EDGE_LABEL.format(x=200, y=80, id="e1", text="claim")),
+                  + EDGE_LABEL.format(x=200, y=88, id="e1", text="claim")),
     "overlap": _svg(NODE.format(x=80, y=100, text="ready") + EDGE_LABEL.format(x=150, y=60, id="x", text="first label")
                     + EDGE_LABEL.format(x=170, y=66, id="y", text="second label")),
     "crossed": _svg(NODE.format(x=80, y=100, text="ready") + NODE.format(x=320, y=100, text="leased")
                     + EDGE.format(x1=80, y1=20, x2=80, y2=180, color="#333", marker="head")),
+    "far": _svg(NODE.format(x=80, y=100, text="ready") + NODE.format(x=320, y=100, text="leased")
+                + EDGE.format(x1=140, y1=100, x2=260, y2=100, color="#333", marker="head")
+                + EDGE_LABEL.format(x=200, y=170, id="e1", text="claim")),
     "cut": _svg(NODE.format(x=80, y=100, text="a label far wider than its box")),
     "small": _svg(NODE.format(x=200, y=100, text="ready"), width=200, height=100, view="0 0 400 200"),
     "contrast": _svg('<rect width="400" height="200" style="fill:#fff"/>'
@@ -448,6 +519,36 @@ CONTROLS = {
                      + NODE.format(x=320, y=100, text="leased")
                      + EDGE.format(x1=140, y1=100, x2=260, y2=100, color="#ccc", marker="faint")),
 }
+
+
+# "wide" needs a column: a drawing 600 px wide in a 300 px column, as a page would frame it.
+WIDE_HOSTS = """(svg) => {
+  const article = document.createElement('article');
+  article.style.width = '300px';
+  document.body.appendChild(article);
+  for (const [framed, told] of [[false, false], [true, false], [true, true]]) {
+    if (told) {
+      const hint = document.createElement('p');
+      hint.className = 'qc-scroll-hint';
+      hint.textContent = 'Scroll sideways to see all of it.';
+      article.appendChild(hint);
+    }
+    const host = document.createElement('div');
+    host.className = 'mermaid';
+    if (framed) host.style.overflowX = 'auto';
+    if (told) { host.setAttribute('role', 'region'); host.setAttribute('aria-label', 'Diagram: scroll sideways'); }
+    article.appendChild(host);
+    host.attachShadow({mode: 'open'}).innerHTML = svg;
+  }
+  // and, in the page's width, a figure drawn by hand: one layout hidden, the other shown (the one
+  // measured); then one that shows none
+  for (const shown of [true, false]) {
+    const figure = document.createElement('figure');
+    figure.className = 'qc-figure';
+    figure.innerHTML = svg.replace('<svg ', '<svg style="display:none" ') + (shown ? svg.replace('width="600"', 'width="400"') : '');
+    document.body.appendChild(figure);
+  }
+}"""
 
 
 def _control_page(browser, svgs: list[str], scheme: str = "light"):
@@ -472,11 +573,31 @@ def test_each_check_fails_the_diagram_made_to_fail_it(browser) -> None:
     assert len(results) == len(names)
     got = {name: kinds_of(result) for name, result in zip(names, results)}
     assert got["clean"] == set(), results[0]["defects"]
-    for kind in KINDS:
+    assert set(KINDS) - set(CONTROLS) == {"wide"}  # it needs a column: its own test below
+    for kind in set(KINDS) & set(CONTROLS):
         assert kind in got[kind], (kind, results[names.index(kind)]["defects"])
     # The faint control fails both for its text and for its line and arrowhead.
     details = " ".join(d["detail"] for d in results[names.index("contrast")]["defects"])
     assert "text" in details and "line" in details and "arrowhead" in details, details
+
+
+@pytest.mark.timeout(120)
+def test_a_drawing_wider_than_its_column_scrolls_and_says_so(browser) -> None:
+    clean = CONTROLS["clean"].replace('width="400"', 'width="600"', 1)
+    context, page = _control_page(browser, [])
+    try:
+        page.evaluate(WIDE_HOSTS, clean)
+        results = measure(page)
+    finally:
+        context.close()
+    assert len(results) == 5, results
+    unframed, untold, told, figure, empty = (kinds_of(r) for r in results)
+    assert "wide" in unframed and "wide" in untold, results
+    details = " ".join(d["detail"] for d in results[1]["defects"])
+    assert "no visible hint" in details and "not scrolling" not in details, details
+    assert told == set() and figure == set(), results
+    assert results[3]["labels"] == 3  # the layout shown was measured, not the hidden one
+    assert empty == {"wide"}, results
 
 
 @pytest.mark.timeout(120)

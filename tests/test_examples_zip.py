@@ -17,7 +17,9 @@ such a program in the same place and sees it fail on the import.
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,3 +117,54 @@ def test_a_program_left_out_of_the_zip_fails_outside_a_clone(reader: Reader, tmp
     result = _run(reader, published, tmp_path / "alone")
     assert result.returncode != 0
     assert "No module named 'proof'" in result.stderr
+
+
+# ------------------------------------------------------------- the README
+
+def readme_rows(readme: str) -> dict[str, tuple[str, str]]:
+    """The README's table: file -> (its chapter's page in the site, what it shows)."""
+    rows = {}
+    for file, chapter, what in re.findall(r"^\| `([^`]+)` \| (.*?) \| (.*?) \|$", readme, re.M):
+        page = re.search(r"\(`([a-z/-]+/)`\)$", chapter)
+        rows[file] = (page.group(1) if page else "", what)
+    return rows
+
+
+def readme_problems(readme: str) -> list[str]:
+    """What is wrong with a README of the zip: a file of the zip missing or listed twice, a file
+    listed that the zip does not hold, a chapter whose page does not show the file."""
+    problems = []
+    rows = readme_rows(readme)
+    names = [p.name for p in HOOKS.in_archive()]
+    listed = re.findall(r"^\| `([^`]+)` \|", readme, re.M)
+    problems += [f"{n} is listed {listed.count(n)} times" for n in set(listed) if listed.count(n) > 1]
+    problems += [f"{n} is not in the README" for n in names if n not in rows]
+    problems += [f"{n} is in the README, not in the zip" for n in rows if n not in names]
+    for name, (page, what) in rows.items():
+        source = ROOT / "docs" / (page.rstrip("/") + ".md")
+        if not page or not source.is_file():
+            problems.append(f"{name}: no chapter")
+        elif name not in source.read_text(encoding="utf-8"):
+            problems.append(f"{name}: {page} does not show it")
+        if not what:
+            problems.append(f"{name}: says nothing of what it shows")
+    return problems
+
+
+def test_the_zip_has_a_readme_that_maps_each_program_to_its_chapter() -> None:
+    with zipfile.ZipFile(io.BytesIO(HOOKS.archive())) as zf:
+        readme = zf.read(f"{FOLDER}/README.md").decode("utf-8")
+        assert zf.namelist()[0] == f"{FOLDER}/README.md"  # the first file a reader sees
+    assert "python NAME.py" in readme and "pip install" in readme
+    assert readme_problems(readme) == []
+    # the lowest numbered chapter: naive_counter.py is shown first by chapter 1
+    assert readme_rows(readme)["naive_counter.py"][0] == "problem/"
+
+
+def test_a_readme_that_misses_or_misplaces_a_program_is_found() -> None:
+    # Negative control: a row taken out, a row sent to a page that does not show it.
+    readme = HOOKS.examples_readme()
+    missing = "\n".join(line for line in readme.splitlines() if "`naive_counter.py`" not in line)
+    assert readme_problems(missing) == ["naive_counter.py is not in the README"]
+    moved = readme.replace("(`problem/`) | Naive version (a)", "(`lease/`) | Naive version (a)")
+    assert moved != readme and readme_problems(moved) == ["naive_counter.py: lease/ does not show it"]

@@ -41,6 +41,7 @@ TERMS = {
     "Retry": "retry", "Backoff": "backoff", "Attempt budget": None, "Cycle": "cycle", "DLQ": "DLQ",
     "Dead letter": "dead letter", "Redrive": "redrive", "Receipt": "receipt",
     # "operation" alone is too common a word for a tooltip: only the tenant gets one.
+    "Teaching path, worker's path": "teaching path",
     "Tenant, operation": "tenant", "WAL": "WAL", "Busy timeout": "busy timeout", "Model clock": None,
     "Lease extension, heartbeat": "heartbeat", "Release": None, "Prune": "prune",
     # the words of the promise (docs/includes/promise.md); "event", "message" and

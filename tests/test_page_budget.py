@@ -38,7 +38,7 @@ def test_the_navigation_has_the_three_parts_and_learn_is_short_enough() -> None:
     learn, further, reference = part("Learn"), part("Go further"), part("Reference")
     assert [p.name for p in learn] == ["problem.md", "envelope.md", "lease.md", "fencing.md", "effect-and-ack.md",
                                        "retry.md", "dead-letters.md", "receipts.md", "crash.md", "outbox.md",
-                                       "limits.md"]
+                                       "limits.md", "own-program.md"]
     assert further and reference
     total = sum(words(p) for p in learn)
     assert total <= MAX_LEARN_WORDS, f"the Learn part has {total} words"

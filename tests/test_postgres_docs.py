@@ -42,7 +42,7 @@ from .markdown_docs import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "postgres.md"
-COMPARED_PAGE = ROOT / "docs" / "postgres-compared.md"  # chapter 17: what stays, the comparison, the figures
+COMPARED_PAGE = ROOT / "docs" / "postgres-compared.md"  # chapter 23: what stays, the comparison, the figures
 SNIPPET = ROOT / "snippets" / "two_engines.py"
 EXPECTED = ROOT / "tests" / "snippets_expected" / "two_engines.txt"
 LINE = '{"event_id": "%s", "payload": {"category": "book", "amount_cents": %d}}\n'

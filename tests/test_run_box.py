@@ -11,6 +11,8 @@ load when a Run block comes into view. Timings are measured by
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.site_build import PYODIDE_WASM, open_page, python_requests
@@ -115,13 +117,13 @@ def test_after_a_run_each_output_says_whose_it_is(browser, served_site: str) -> 
         assert state(box) == "done" and printed.strip()
         yours = box.locator(".qc-run__yours .qc-run__label")
         recorded = box.locator(".qc-run__label--recorded")
-        assert visible(yours) and yours.text_content() == "Your run"
+        assert visible(yours) and yours.text_content() == "Your run: done"
         assert visible(recorded) and recorded.text_content() == "Recorded when the site was built"
         # Each label names its own box: the reader's output by aria-labelledby,
         # the recorded output by coming right before it, and in that order.
         assert box.evaluate("""box => {
           const output = box.querySelector('.qc-run__output');
-          return document.getElementById(output.getAttribute('aria-labelledby')).textContent }""") == "Your run"
+          return document.getElementById(output.getAttribute('aria-labelledby')).textContent }""") == "Your run: done"
         assert box.evaluate("""box => {
           const blocks = box.querySelectorAll('.highlight'), last = blocks[blocks.length - 1];
           const label = box.querySelector('.qc-run__label--recorded');
@@ -200,6 +202,8 @@ def test_a_long_run_says_so_stop_ends_it_only_and_a_queued_run_waits(browser, se
         status = str(looping.locator(".qc-run__status").text_content())
         assert status.startswith("Still running after 0.2 s."), status
         assert "Stop restarts Python for every block on this page" in status, status
+        # and says how long that restart takes: as long as this page's Python took to start
+        assert re.search(r"a new start, which took \d+\.\d s here", status), status
         stop = looping.locator("button", has_text="Stop")
         assert visible(stop) and "restarts Python" in str(stop.get_attribute("title"))
         page.evaluate("() => { window.qcRunBox.slowAfterMs = 3_600_000 }")  # for the queued run
@@ -256,6 +260,64 @@ def test_python_starts_loading_when_a_run_block_comes_into_view(browser, served_
         assert python_requests(requested) == []
         with python_requested(page):
             page.locator(".qc-run__bar button", has_text="Run").first.hover()
+        assert problems == [], problems
+    finally:
+        context.close()
+
+
+def test_the_recorded_output_is_labelled_as_soon_as_run_is_pressed(browser, served_site: str) -> None:
+    """Before a slow first run prints, what sits under the status line is the build's output: it says so."""
+    context, page, problems, _ = open_page(browser, served_site + PAGE, python_in_view=False)
+    try:
+        box = page.locator(".qc-run").first
+        box.scroll_into_view_if_needed()
+        recorded = box.locator(".qc-run__label--recorded")
+        assert not visible(recorded)  # negative control: before Run, no label
+        box.locator("button", has_text="Run").click()
+        assert state(box) in ("starting", "running"), state(box)  # Python is still starting
+        assert box.locator(".qc-run__output").text_content() == ""  # nothing printed yet
+        assert visible(recorded) and recorded.text_content() == "Recorded when the site was built"
+        page.wait_for_function(DONE, arg=box.element_handle(), timeout=LONG)
+        assert problems == [], problems
+    finally:
+        context.close()
+
+
+# The look of the reader's output box: its border and its label.
+LOOK = """box => { const out = box.querySelector('.qc-run__output'), style = getComputedStyle(out);
+  return {border: style.borderLeftColor + ' ' + style.borderLeftWidth,
+          label: box.querySelector('.qc-run__yours .qc-run__label').textContent,
+          labelColor: getComputedStyle(box.querySelector('.qc-run__yours .qc-run__label')).color,
+          scrolls: out.scrollWidth > out.clientWidth + 1,
+          right: out.getBoundingClientRect().right, boxRight: box.getBoundingClientRect().right} }"""
+
+
+def apart(done: dict, failed: dict) -> bool:
+    """A success and a failure look different: in the border and in the label's words."""
+    return done["border"] != failed["border"] and done["label"] != failed["label"]
+
+
+def test_a_success_and_a_failure_look_different_and_a_long_error_wraps(browser, served_site: str) -> None:
+    context, page, problems, _ = open_page(browser, served_site + PAGE)
+    try:
+        box = page.locator(".qc-run").first
+        run(page, box)
+        assert state(box) == "done"
+        done = box.evaluate(LOOK)
+        # An error whose one line is far wider than the box, and which names a shell command.
+        edit(box, "from queue_core import Store\nStore('queue-' + 'q' * 120 + '.sqlite3', queue='orders')\n")
+        printed = run(page, box)
+        assert state(box) == "failed", printed
+        assert "queue-core create" in printed and "UnknownQueue" in printed, printed
+        failed = box.evaluate(LOOK)
+        assert apart(done, failed), (done, failed)
+        assert failed["label"] == "Your run: it raised an exception" and done["label"] == "Your run: done"
+        assert not apart(done, done)  # negative control: the same look is not "apart"
+        # the long line wraps inside the box: nothing scrolls, nothing runs off the right edge
+        assert not failed["scrolls"] and failed["right"] <= failed["boxRight"] + 1, failed
+        # and the command it advises is said to run on the reader's machine, not here
+        note = box.locator(".qc-run__note", has_text="runs in a shell on your machine")
+        assert note.count() == 1 and note.locator("a").get_attribute("href").endswith("/reference/api/")
         assert problems == [], problems
     finally:
         context.close()

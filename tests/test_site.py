@@ -38,8 +38,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from docs_support.code_width import ONE_LINE_BY_CONTRACT
-
 import pytest
 
 from tests.site_build import (
@@ -58,6 +56,7 @@ from tests.site_build import (
     canonical,
     sitemap_urls,
     diagrams_in,
+    figures_in,
     open_page,
     python_requests,
     SIDEWAYS,
@@ -65,7 +64,7 @@ from tests.site_build import (
     mermaid_loads,
     LOCAL_SITE_URL,
 )
-from tests.test_diagrams import PALETTES, diagram_defects, diagram_verdict, set_palette
+from tests.test_diagrams import NARROW, PALETTES, diagram_defects, diagram_verdict, narrow_window, set_palette
 
 # Two strict builds and a real browser over every page: on a loaded machine this
 # module's tests take minutes, not the suite's default limit of two.
@@ -113,6 +112,8 @@ def test_every_included_program_can_be_downloaded_from_its_page(built_site: Path
     assert seen == {p.name for p in (ROOT / "snippets").glob("*.py")}  # every program is on some page
     with zipfile.ZipFile(built_site / "snippets" / "queue_core-examples.zip") as zf:
         packed = {Path(n).name: zf.read(n) for n in zf.namelist()}
+    # beside the examples, its README (tests/test_examples_zip.py reads it)
+    assert packed.pop("README.md") == HOOKS.examples_readme().encode("utf-8")
     examples = [p for p in (ROOT / "snippets").iterdir() if p.suffix in (".py", ".jsonl")]
     # the zip holds every example but those that import the repository's own code
     # (tests/test_examples_zip.py runs each one as a reader would, outside a clone)
@@ -220,8 +221,8 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                                                                       built_site: Path, share: int) -> None:
     """Each page, loaded once for all these: offline, no error, its diagrams drawn, nothing scrolls
     sideways; then in each palette no serious or critical accessibility violation (axe-core) and
-    every diagram readable (tests/test_diagrams.py measures it); last, the copy buttons of its
-    shortened programs copy the whole program."""
+    every diagram readable (tests/test_diagrams.py measures it), and readable again at a phone's
+    width; last, the copy buttons of its shortened programs copy the whole program."""
     pages = site_pages(built_site)[share::SHARES]
     assert len(pages) >= 1
     diagrams = drawn = 0
@@ -234,6 +235,9 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
         try:
             expected = page.locator("pre.mermaid, div.mermaid").count()
             assert expected == diagrams_in(html_of(built_site, path)), f"{path}: diagrams in the browser and the file"
+            figures = page.locator("figure.qc-figure").count()
+            assert figures == figures_in(html_of(built_site, path)), f"{path}: figures in the browser and the file"
+            diagrams += figures
             if expected:
                 wait_for_diagrams(page, expected)
                 assert page.locator("pre.mermaid").count() == 0, f"{path}: a diagram stayed raw text"
@@ -245,9 +249,9 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                 assert mermaid_loads(requested) == [], f"{path} has no diagram but downloads mermaid"
             assert page.locator("h1").count() >= 1, f"{path}: no heading"
             assert problems == [], f"{path}: {problems}"
-            # At 1280 px, beside both sidebars, no code block scrolls sideways, save for a
-            # session's one line by contract (docs_support.code_width)
-            sideways = page.evaluate(SIDEWAYS, list(ONE_LINE_BY_CONTRACT))
+            # At 1280 px, beside both sidebars, no code block scrolls sideways: a session's
+            # one line by contract (docs_support.code_width) wraps in its block
+            sideways = page.evaluate(SIDEWAYS)
             assert sideways == [], f"{path}: code blocks scroll sideways: {sideways}"
             # ... and no table either (or the page itself)
             tables_sideways = page.evaluate(TABLES_SIDEWAYS)
@@ -258,8 +262,14 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
                 violations = page.evaluate(RUN_AXE, COLOUR_RULES if scheme == "dark" and path != "/" else None)
                 if violations:
                     inaccessible[f"{path} ({scheme})"] = violations
-                if expected:
-                    measured.update(diagram_defects(page, path, expected, scheme))
+                if expected or figures:
+                    measured.update(diagram_defects(page, path, expected + figures, scheme))
+            if expected or figures:
+                # and at a phone's width: each diagram fits again, or scrolls in a frame that says so
+                set_palette(page, *PALETTES[0])
+                narrow_window(page)
+                measured.update(diagram_defects(page, path, expected + figures, "narrow"))
+                page.set_viewport_size({"width": 1280, "height": 900})
             copied += copy_buttons_copy_whole_programs(page, path, html_of(built_site, path), served_site)
             assert problems == [], f"{path}: {problems}"
             # These checks are of the page: Python stayed unloaded (tests/test_run_box.py shows
@@ -270,8 +280,8 @@ def test_every_page_loads_offline_without_errors_and_renders_diagrams(browser, s
     assert inaccessible == {}, f"accessibility violations: {inaccessible}"
     unreadable = diagram_verdict(measured, f"{share + 1}-of-{SHARES}")
     assert unreadable == [], "\n".join(unreadable)
-    print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams on {drawn} pages rendered as SVG and "
-          f"measured in both palettes, mermaid downloaded by those {drawn} pages only; axe found nothing serious; "
+    print(f"browser: {len(pages)} pages loaded, {diagrams} diagrams (Mermaid's on {drawn} pages) measured in "
+          f"both palettes at 1280 px and at {NARROW} px, mermaid downloaded by those {drawn} pages only; axe found nothing serious; "
           f"{copied} shortened programs copied whole")
 
 
@@ -287,19 +297,54 @@ def test_the_shares_load_every_page_once_with_and_without_diagrams(built_site: P
 
 
 def test_the_sideways_check_finds_a_block_that_scrolls(browser) -> None:
-    """Negative control: a long line in a narrow block is found, a session's error line is excused."""
+    """Negative control: a long line in a narrow block is found, a session's error line too."""
     context = browser.new_context(viewport={"width": 800, "height": 600})
     try:
         page = context.new_page()
-        wide, error = "x" * 120, "queue-core: " + "e" * 120
+        wide, error = "x" * 120, "queue-core: " + "e" * 130
         page.set_content(
             # as Material styles a code block: the code scrolls, not the page
             "<style>pre > code { display: block; overflow: auto }</style>"
             '<div style="width: 300px"><pre><code>' + wide + "</code></pre>"
             '<pre><code><span class="gp">$ </span>queue-core x\n' + error + "</code></pre></div>"
         )
-        found = page.evaluate(SIDEWAYS, list(ONE_LINE_BY_CONTRACT))
-        assert [longest for longest, _, _ in found] == [120]
+        found = page.evaluate(SIDEWAYS)
+        assert [longest for longest, _, _ in found] == [120, len(error)]
+    finally:
+        context.close()
+
+
+# Where a session's long line is on the page: the lines it takes once wrapped, the left
+# of the first and of the others, and the right of the block's code.
+WRAPPED = """() => [...document.querySelectorAll('pre > code .qc-wrap')].map(span => {
+  const range = document.createRange();
+  range.selectNodeContents(span);
+  const rects = [...range.getClientRects()].filter(r => r.width > 0);
+  const tops = [...new Set(rects.map(r => Math.round(r.top)))].sort((a, b) => a - b);
+  const lefts = tops.map(top => Math.min(...rects.filter(r => Math.round(r.top) === top).map(r => r.left)));
+  const code = span.closest('code').getBoundingClientRect();
+  return {text: span.textContent, lines: tops.length, first: lefts[0], rest: lefts.slice(1),
+          right: Math.max(...rects.map(r => r.right)), codeRight: code.right,
+          ch: parseFloat(getComputedStyle(span).fontSize) * 0.5};
+})"""
+
+
+def test_a_sessions_long_line_wraps_in_its_block_and_reads_as_one(browser, served_site: str) -> None:
+    """A one-line error wider than its block is read to its end without scrolling: it wraps, and its
+    continuations are indented under its start (as the command printed one line)."""
+    context, page, problems, _ = open_page(browser, served_site + "/your-program/")
+    try:
+        wrapped = page.evaluate(WRAPPED)
+        errors = [w for w in wrapped if w["text"].startswith("queue-core: ") and w["lines"] >= 2]
+        assert errors, "no long error line on the page that wraps"
+        for line in wrapped:
+            assert line["right"] <= line["codeRight"] + 1, line  # nothing runs out of the block
+            assert all(left >= line["first"] + line["ch"] for left in line["rest"]), line  # indented
+        assert page.evaluate(SIDEWAYS) == []
+        # Negative control: without the mark, the blocks of those lines scroll sideways again.
+        page.evaluate("() => document.querySelectorAll('.qc-wrap').forEach(s => s.classList.remove('qc-wrap'))")
+        assert page.evaluate(SIDEWAYS) != []
+        assert problems == [], problems
     finally:
         context.close()
 
@@ -576,3 +621,26 @@ def test_a_block_that_needs_a_machine_gets_no_run_button(source: str, why: str |
     from docs_support.run_here import needs_a_machine
 
     assert needs_a_machine(source) == why
+
+
+# How a glossary term and the text around it are drawn.
+TERM_LOOK = """() => { const term = document.querySelector('article p abbr[title]');
+  const style = getComputedStyle(term), text = getComputedStyle(term.parentElement);
+  const link = document.querySelector('article p a[href]:not(.headerlink)');
+  return {term: term.textContent, style: style.borderBottomStyle, width: parseFloat(style.borderBottomWidth),
+          color: style.borderBottomColor, linkColor: link ? getComputedStyle(link).color : null,
+          textUnderline: text.borderBottomStyle} }"""
+
+
+@pytest.mark.parametrize(("scheme", "palette"), PALETTES)
+def test_glossary_terms_stand_out(browser, served_site: str, scheme: str, palette: str) -> None:
+    """A word with a definition is marked: a dotted line, 2 px at least, in the link colour."""
+    context, page, problems, _ = open_page(browser, served_site + "/lease/", color_scheme=scheme)
+    try:
+        look = page.evaluate(TERM_LOOK)
+        assert look["style"] == "dotted" and look["width"] >= 2, look
+        assert look["color"] == look["linkColor"], look
+        assert look["textUnderline"] == "none", look  # negative control: the text around it is not marked
+        assert problems == [], problems
+    finally:
+        context.close()

@@ -96,7 +96,8 @@ def test_a_new_reader_meets_start_here_first() -> None:
     links = re.findall(r"\]\(([^)#]+\.md)", INDEX)
     assert links[0] == "start.md"
     where_next = START.split("## Where next", 1)[1]
-    assert [link for link in re.findall(r"\]\(([^)#]+\.md)", where_next)] == ["overview.md", "problem.md", "compared.md"]
+    assert [link for link in re.findall(r"\]\(([^)#]+\.md)", where_next)] == [
+        "overview.md", "problem.md", "own-program.md", "lab.md", "compared.md"]
 
 
 def test_the_schema_reference_shows_every_schema_file_whole() -> None:
@@ -127,17 +128,23 @@ def test_the_schema_reference_shows_every_schema_file_whole() -> None:
 
 
 def test_the_overview_draws_the_one_state_machine_with_expiry_as_the_next_claim() -> None:
-    # The one canonical diagram, included; no diagram of its own.
+    # The one canonical diagram, included; no diagram of its own. It is drawn by hand
+    # (docs_support/state_machine.py; tests/test_state_machine.py holds its layout).
+    from docs_support import state_machine
+
     assert '--8<-- "docs/includes/state-machine.md"' in OVERVIEW
     assert "```mermaid" not in OVERVIEW
-    diagram = (DOCS / "includes" / "state-machine.md").read_text(encoding="utf-8")
-    moves = re.findall(r"^\s+(\S+) --> (\S+?):", diagram, re.M)
-    assert ("leased", "next_claim") in moves and ("next_claim", "leased") in moves
-    assert ("next_claim", "dead") in moves and ("dead", "ready") in moves
-    assert ("ready", "[*]") in moves and ("dead", "[*]") in moves  # purge
-    for line in diagram.splitlines():
-        if "leased --> ready" in line:  # a temporary failure or a release, never expiry
-            assert "expir" not in line and "ran out" not in line, line
+    for layout in state_machine.LAYOUTS:
+        kinds = {node.id: node.kind for node in layout.nodes}
+        moves = {(e.source, kinds[e.target] if kinds[e.target] != "state" else e.target): e for e in layout.edges}
+        assert ("leased", "leased") in moves and ("leased", "dead") in moves  # what the next claim does
+        assert "ran out" in " ".join(moves[("leased", "leased")].lines)
+        assert "ran out" in " ".join(moves[("leased", "dead")].lines)
+        assert ("dead", "ready") in moves
+        assert ("ready", "end") in moves and ("dead", "end") in moves  # purge
+        for edge in layout.edges:
+            if (edge.source, edge.target) == ("leased", "ready"):  # a failure or a release, never expiry
+                assert not any("expir" in line or "ran out" in line for line in edge.lines), edge.lines
     # the overview's table of moves has a row for each kind of move the diagram draws
     for move in ("| leased → ready | a release", "| ready or dead → removed | an operator's `purge`",
                  "| dead → ready | a redrive", "| leased → leased | a claim finds the lease expired"):

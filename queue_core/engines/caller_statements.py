@@ -24,17 +24,30 @@ _ENDS_OR_BEGINS: Final = frozenset(
 _BACK_TO_SAVEPOINT: Final = re.compile(r"ROLLBACK(?:\s+(?:WORK|TRANSACTION))?\s+TO\b")
 # PREPARE name AS ...: a prepared statement, not a prepared transaction
 _PREPARE_STATEMENT: Final = re.compile(r"PREPARE\s+(?!TRANSACTION\b)")
+# the queue's own savepoints are named with this prefix (completion.py)
+RESERVED_SAVEPOINT_PREFIX: Final = "queue_core_"
+_SAVEPOINT_WORDS: Final = frozenset({"SAVEPOINT", "RELEASE", "ROLLBACK"})
 _WORDS: Final = re.compile(r"[A-Za-z_]+(?:\s+[A-Za-z_]+){0,2}")
 
 
 def check_caller_statement(sql: str, *, nested_comments: bool) -> None:
-    """Refuse ``sql`` (``StatementRefused``) if it would begin or end the transaction."""
+    """Refuse ``sql`` (``StatementRefused``) if it would begin or end the transaction.
+
+    Also a savepoint statement that names one of the queue's own savepoints
+    (``queue_core_...``): rolled back to or released by a handler, it would
+    undo or keep other messages' effects behind the store's back.
+    """
     start = _after_comments(sql, 0, nested_comments)
     found = _WORDS.match(sql, start)
     if found is None:
         return
     words = " ".join(found.group(0).upper().split())
     first = words.split(" ", 1)[0]
+    if first in _SAVEPOINT_WORDS and RESERVED_SAVEPOINT_PREFIX in sql.lower():
+        raise StatementRefused(
+            "savepoints named queue_core_... are the store's own: name yours otherwise",
+            code="reserved_savepoint",
+        )
     if first not in _ENDS_OR_BEGINS:
         return
     if _BACK_TO_SAVEPOINT.match(words) or _PREPARE_STATEMENT.match(words):

@@ -259,3 +259,78 @@ def test_without_the_check_a_commit_in_the_handler_keeps_the_effect_alone(
         store.complete(lease, commits_early)
     assert store.message("E0001").state != "done"
     assert len(effects(store)) == 1, "an effect without its ACK"
+
+
+def caller_row_then_batch(store: Store, claimed: list[Any]) -> list[Any]:
+    """The caller's own write, then complete_many_tx of a batch; the outcomes."""
+    with store.transaction() as tx:
+        tx.execute("INSERT INTO charges VALUES ('batch', 0)")
+        return store.complete_many_tx(tx, claimed, ledger.Handler())
+
+
+def batch_with_a_lost_lease(store: Store, clock: ModelClock) -> list[Any]:
+    ledger.install(store)
+    own_table(store)
+    store.enqueue(line("E0001") + line("E0002"))
+    claimed = store.claim_messages(2, 2)
+    clock.advance(3)
+    assert store.claim_message(2) is not None  # E0001 taken over
+    return claimed
+
+
+def test_a_lease_lost_in_the_callers_batch_dooms_the_callers_transaction(
+        store: Store, clock: ModelClock) -> None:
+    claimed = batch_with_a_lost_lease(store, clock)
+    with pytest.raises(LeaseLost):
+        caller_row_then_batch(store, claimed)
+    assert charges(store) == [], "the caller's write committed with no ACK"
+    assert effects(store) == []
+
+
+@pytest.mark.one_engine
+def test_without_the_doom_the_callers_batch_commits_a_write_with_no_ack(
+        store: Store, clock: ModelClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The negative control: the lost lease only reported as an outcome.
+    monkeypatch.setattr(Store, "complete_many_tx",
+                        lambda self, tx, leases, handler: self._complete_many_in(tx, list(leases), handler))
+    claimed = batch_with_a_lost_lease(store, clock)
+    outcomes = [r.outcome for r in caller_row_then_batch(store, claimed)]
+    assert Outcome.LEASE_LOST in outcomes
+    assert charges(store) == [("batch", 0)]
+
+
+def rolls_back_the_batch(tx: Tx, message: Message) -> None:
+    """Writes its effect; the second message's handler rolls back to the store's savepoint."""
+    ledger.Handler()(tx, message)
+    if message.event_id == "E0002":
+        try:
+            tx.execute("ROLLBACK TO queue_core_batch")
+        except Exception:
+            pass
+
+
+def test_a_handler_cannot_name_the_stores_own_savepoints(store: Store) -> None:
+    ledger.install(store)
+    store.enqueue(line("E0001") + line("E0002"))
+    results = store.complete_many(store.claim_messages(2), rolls_back_the_batch)
+    done = {r.event_id for r in results if r.outcome is Outcome.DONE}
+    assert done == {"E0001"}, results
+    assert [e[0] for e in effects(store)] == ["E0001"]
+    with pytest.raises(StatementFailed):
+        with store.transaction() as tx:
+            with pytest.raises(StatementRefused) as refused:
+                tx.execute('RELEASE "queue_core_message"')
+            assert refused.value.code == "reserved_savepoint"
+
+
+@pytest.mark.one_engine
+def test_without_the_reserved_names_a_handler_undoes_the_batchs_effects(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The negative control: statements passed as they are, the handler's ROLLBACK
+    # TO the store's savepoint undoes both effects, and both end done.
+    monkeypatch.setattr(type(store.engine), "caller_sql", lambda self, sql: sql)
+    ledger.install(store)
+    store.enqueue(line("E0001") + line("E0002"))
+    results = store.complete_many(store.claim_messages(2), rolls_back_the_batch)
+    assert all(r.outcome is Outcome.DONE for r in results)
+    assert effects(store) == [], "both done, with no effect behind them"

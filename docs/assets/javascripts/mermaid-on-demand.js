@@ -21,7 +21,7 @@
  * the palette's colours (Material's CSS names marker ids that mermaid 11
  * prefixes); and a diagram that would still be drawn with text under 12 px
  * once fitted to the page is shown at a readable size in a frame that
- * scrolls sideways instead.
+ * scrolls sideways instead, and says so; fitted again when its width changes.
  */
 (() => {
   if (typeof window.mermaid !== "undefined") return;
@@ -46,13 +46,14 @@
     return {...options, sequence, themeCSS: (options.themeCSS || "") + READABLE};
   }
 
-  // Once in the page: if the smallest text would be under 12 px at the width
-  // the page gives the SVG, show it at the width that makes it 12 px, in a
-  // frame that scrolls sideways (focusable, so a keyboard can scroll it).
-  function fitReadably(root) {
-    const svg = root.querySelector("svg");
-    const host = root.host;
-    if (!svg || !host || !svg.viewBox.baseVal || !svg.viewBox.baseVal.width) return;
+  // Once in the page, and again whenever its width changes (a window resized, a phone
+  // turned, a fold opened): if the smallest text would be under 12 px at the width the
+  // page gives the SVG, show it at the width that makes it 12 px, in a frame that
+  // scrolls sideways (focusable, so a keyboard can scroll it) and says so, to the eye
+  // (a line just before it) and to a screen reader (the region's name); else fit it.
+  const HINT = "Wide diagram: scroll it sideways to see all of it.";
+
+  function fit(svg, host) {
     const sizes = [...svg.querySelectorAll("text, foreignObject *")]
       .filter(el => [...el.childNodes].some(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim()))
       .map(el => parseFloat(getComputedStyle(el).fontSize))
@@ -61,13 +62,46 @@
     const natural = svg.viewBox.baseVal.width;
     const needed = natural * MIN_TEXT_PX / Math.min(...sizes);
     const available = host.clientWidth;
-    if (available === 0 || needed <= available) return;
+    if (available === 0) return;  // not shown yet (a closed fold): fitted when it shows
+    if (svg.dataset.qcMaxWidth === undefined) svg.dataset.qcMaxWidth = svg.style.maxWidth;
+    let hint = host.previousElementSibling;
+    if (!(hint && hint.classList.contains("qc-scroll-hint"))) hint = null;
+    if (needed <= available) {
+      svg.style.maxWidth = svg.dataset.qcMaxWidth;
+      svg.style.width = "";
+      host.classList.remove("diagram-wide");
+      host.removeAttribute("tabindex");
+      host.removeAttribute("role");
+      host.removeAttribute("aria-label");
+      hint?.remove();
+      return;
+    }
     svg.style.maxWidth = "none";
     svg.style.width = `${Math.ceil(needed)}px`;
     host.classList.add("diagram-wide");
     host.tabIndex = 0;
     host.setAttribute("role", "region");
     host.setAttribute("aria-label", "Diagram, drawn at a readable size: scroll sideways to see all of it");
+    if (!hint) {
+      hint = document.createElement("p");
+      hint.className = "qc-scroll-hint";
+      hint.textContent = HINT;
+      host.before(hint);
+    }
+  }
+
+  function fitReadably(root) {
+    const svg = root.querySelector("svg");
+    const host = root.host;
+    if (!svg || !host || !svg.viewBox.baseVal || !svg.viewBox.baseVal.width) return;
+    fit(svg, host);
+    if (!("ResizeObserver" in window)) return;
+    let width = host.clientWidth;
+    new ResizeObserver(() => {
+      if (host.clientWidth === width) return;  // its height changed, or nothing that matters
+      width = host.clientWidth;
+      fit(svg, host);
+    }).observe(host);
   }
 
   const standIn = {

@@ -25,7 +25,13 @@
   const settings = (window.qcRunBox = window.qcRunBox || {});
   if (settings.slowAfterMs === undefined) settings.slowAfterMs = 10_000;
   if (settings.loadInView === undefined) settings.loadInView = true;
-  const STOP_SAYS = "Stop restarts Python for every block on this page (a few seconds)";
+  // What Stop costs, said exactly: a new Python, which takes as long as this page's
+  // Python took to start (measured; unknown until it has started once).
+  let startedInMs = null;
+  function stopSays() {
+    const took = startedInMs === null ? "" : `, which took ${(startedInMs / 1000).toFixed(1)} s here`;
+    return `Stop restarts Python for every block on this page: a new start${took}`;
+  }
 
   let worker = null;
   let ready = false; // Python has started in this worker
@@ -48,6 +54,7 @@
       }
       current = null;
       let loadMs = message.loadMs ?? 0;
+      if (loadMs > 0) startedInMs = loadMs;
       if (job.warm) {
         ready = message.ok;
         unclaimedLoadMs += loadMs;
@@ -151,7 +158,7 @@
         ? "Run the whole program in your browser; edit it under \"The whole program\""
         : "Run this code in your browser (Python compiled to WebAssembly)",
     );
-    const stop = button("Stop", STOP_SAYS);
+    const stop = button("Stop", stopSays());
     const reset = button("Reset", "Put back the page's code");
     const status = element("span", "qc-run__status");
     status.setAttribute("role", "status");
@@ -207,9 +214,12 @@
     run.addEventListener("click", () => {
       if (job !== null) return;
       output.textContent = "";
-      output.classList.remove("qc-run__output--failed");
+      output.classList.remove("qc-run__output--failed", "qc-run__output--done");
+      yoursLabel.textContent = "Your run";
       yours.hidden = true;
-      recordedLabel.hidden = true;
+      // Labelled at once: while Python starts, what sits under the status line is the
+      // build's output, not this run's.
+      recordedLabel.hidden = false;
       run.disabled = true;
       let started = null;
       let printed = false;
@@ -239,10 +249,10 @@
             if (box.dataset.state !== "running" || performance.now() - started < slowAfter) return;
             clearInterval(slowTimer);
             stop.textContent = "Stop";
-            stop.title = STOP_SAYS;
+            stop.title = stopSays();
             stop.hidden = false;
             say("slow", `Still running after ${slowAfter >= 1000 ? Math.round(slowAfter / 1000) : slowAfter / 1000} s. `
-              + `${STOP_SAYS}.`);
+              + `${stopSays()}.`);
           }, 200);
         },
         onOutput(kind, text) {
@@ -269,9 +279,22 @@
             output.append(element("span", "qc-run__note", "(printed nothing)"));
           }
           if (result.stopped) finish("stopped", `Stopped after ${seconds} s; Python restarts for this page.`);
-          else if (result.ok) finish("done", `Done in ${seconds} s.`);
-          else {
+          else if (result.ok) {
+            output.classList.add("qc-run__output--done");
+            yoursLabel.textContent = "Your run: done";
+            finish("done", `Done in ${seconds} s.`);
+          } else {
             output.classList.add("qc-run__output--failed");
+            yoursLabel.textContent = "Your run: it raised an exception";
+            if (/\bqueue-core [a-z]/.test(output.textContent)) {
+              const note = element("span", "qc-run__note",
+                "\n(The error names a queue-core command: that runs in a shell on your machine, "
+                + "not in this browser. From Python, the store has the same operation: ");
+              const api = element("a", "", "the Python API");
+              api.href = new URL("../../reference/api/", script.src).href;
+              note.append(api, ".)\n");
+              output.append(note);
+            }
             finish("failed", `Raised an exception (${seconds} s).`);
           }
         },
@@ -288,6 +311,7 @@
       }
       const at = queue.indexOf(job);
       if (at >= 0) queue.splice(at, 1);
+      recordedLabel.hidden = true;  // nothing ran: only the recorded output, as before
       finish("cancelled", "Cancelled before it started.");
     });
 
