@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from importlib import metadata
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -122,6 +121,8 @@ def _factory(scheme: str) -> EngineFactory | None:
         module, name = _SHIPPED[scheme]
         factory: EngineFactory = getattr(importlib.import_module(module), name)
         return factory
+    from importlib import metadata  # only for a scheme not shipped nor registered
+
     for entry in metadata.entry_points(group=ENTRY_POINTS, name=scheme):
         loaded: EngineFactory = entry.load()
         register_engine(scheme, loaded)

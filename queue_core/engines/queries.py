@@ -46,6 +46,7 @@ SETTINGS_COLUMNS: Final = (
 RECEIPT_COLUMNS: Final = ("scope", "tenant", "operation", "payload", "effect", "effect_queue")
 COUNTER_COLUMNS: Final = ("processed", "retried", "dead", "expired_leases")
 _PRUNED: Final = MESSAGE_COLUMNS.index("pruned")
+_UNKNOWN: Final[Any] = object()  # a statement whose columns were not looked at yet
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class NamedQueries:
         self.queries = dict(queries)
         self._q = {name: query.sql for name, query in queries.items()}
         # (statement, columns) -> what picks those columns from its rows, by name
-        self._pickers: dict[tuple[str, tuple[str, ...]], Callable[[Any], Any]] = {}
+        self._pickers: dict[tuple[str, tuple[str, ...]], Callable[[Any], Any] | None] = {}
 
     def sql(self, name: str) -> str:
         """The text of statement ``name`` (for pages and tests)."""
@@ -105,24 +106,33 @@ class NamedQueries:
 
     # --------------------------------------------------- rows, by name
 
-    def _picker(self, name: str, rows: Rows, columns: tuple[str, ...]) -> Callable[[Any], Any]:
+    def _picker(
+        self, name: str, rows: Rows, columns: tuple[str, ...]
+    ) -> Callable[[Any], Any] | None:
         """What takes ``columns`` (a tuple of them) out of a row of statement ``name``.
 
-        Found by the columns' names in the statement's description, once.
+        Found by the columns' names in the statement's description, once;
+        None when the row is already those columns in that order (the hot
+        path: nothing to copy).
         """
         key = (name, columns)
-        picker = self._pickers.get(key)
-        if picker is None:
-            names = [column[0] for column in rows.description]
-            absent = [column for column in columns if column not in names]
-            if absent:
-                raise ValueError(f"statement {name} returns no column {', '.join(absent)}")
-            if len(columns) == 1:
-                at = names.index(columns[0])
-                picker = lambda row: (row[at],)  # noqa: E731  (itemgetter of one is not a tuple)
-            else:
-                picker = itemgetter(*(names.index(column) for column in columns))
-            self._pickers[key] = picker
+        try:
+            return self._pickers[key]
+        except KeyError:
+            pass
+        names = [column[0] for column in rows.description]
+        absent = [column for column in columns if column not in names]
+        if absent:
+            raise ValueError(f"statement {name} returns no column {', '.join(absent)}")
+        picker: Callable[[Any], Any] | None
+        if names == list(columns):
+            picker = None
+        elif len(columns) == 1:
+            at = names.index(columns[0])
+            picker = lambda row: (row[at],)  # noqa: E731  (itemgetter of one is not a tuple)
+        else:
+            picker = itemgetter(*(names.index(column) for column in columns))
+        self._pickers[key] = picker
         return picker
 
     def _all(self, name: str, params: Any, columns: tuple[str, ...], conn: Connection) -> list[Any]:
@@ -131,14 +141,19 @@ class NamedQueries:
         fetched = rows.fetchall()
         if not fetched:
             return []
-        pick = self._picker(name, rows, columns)
-        return [pick(row) for row in fetched]
+        pick = self._pickers.get((name, columns), _UNKNOWN)
+        if pick is _UNKNOWN:
+            pick = self._picker(name, rows, columns)
+        return fetched if pick is None else [pick(row) for row in fetched]
 
     def _one(self, name: str, params: Any, columns: tuple[str, ...], conn: Connection) -> Any:
         """The first row of statement ``name`` as the tuple of ``columns``, or None."""
         rows = conn.execute(self._q[name], params)
         row = rows.fetchone()
-        return None if row is None else self._picker(name, rows, columns)(row)
+        if row is None:
+            return None
+        pick = self._picker(name, rows, columns)
+        return row if pick is None else pick(row)
 
     def _messages(self, name: str, params: Any, conn: Connection) -> list[Message]:
         return [message_of(values) for values in self._all(name, params, MESSAGE_COLUMNS, conn)]
