@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.site_build import open_page
+from tests.site_build import ARTIFACTS, open_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test may build the site (minutes, loaded)
 
@@ -66,6 +66,15 @@ def test_the_filters_show_what_they_say_from_the_keyboard(browser, served_site: 
                                  ".filter(g => getComputedStyle(g).display !== 'none').map(g => g.dataset.who)")
             assert set(marks) <= {"producer"} and len(marks) == len(shown)
             select.select_option("")
+        # The first cases as a reader sees them, in both palettes (test-artifacts/screenshots/).
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for scheme, palette in (("light", "default"), ("dark", "slate")):
+            page.emulate_media(color_scheme=scheme)
+            page.wait_for_function(
+                f"() => document.body.getAttribute('data-md-color-scheme') === '{palette}'", timeout=10_000)
+            shot = ARTIFACTS / f"evidence-timelines-{scheme}.png"
+            page.screenshot(path=str(shot))
+            assert shot.stat().st_size > 10_000, shot
         assert problems == [], problems
     finally:
         context.close()

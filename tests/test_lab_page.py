@@ -16,7 +16,7 @@ import pytest
 
 from docs_support.lab_engine import ACKS
 from docs_support.lab_story import SCENARIOS
-from tests.site_build import open_page, python_requests
+from tests.site_build import ARTIFACTS, open_page, python_requests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test may build the site (minutes, loaded)
 
@@ -120,6 +120,15 @@ def test_without_the_fence_the_page_shows_the_doubled_effect(browser, served_sit
         assert query(page, "SELECT sum(amount_cents) FROM lab_effects") == [[20000]]
         assert page.locator(".qc-tl__effect").count() == 2
         assert ACKS["none"] in str(page.locator(".qc-lab__status").text_content())
+        # What a reader sees of the doubled effect, in both palettes (test-artifacts/screenshots/).
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for scheme, palette in (("light", "default"), ("dark", "slate")):
+            page.emulate_media(color_scheme=scheme)
+            page.wait_for_function(
+                f"() => document.body.getAttribute('data-md-color-scheme') === '{palette}'", timeout=10_000)
+            shot = ARTIFACTS / f"lab-gc-pause-no-fence-{scheme}.png"
+            page.locator(".qc-lab").screenshot(path=str(shot))
+            assert shot.stat().st_size > 10_000, shot
         # ... and the fence back on: once again.
         choose(page, "The ACK", "fenced")
         _, effects = shown(page)
