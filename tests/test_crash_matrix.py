@@ -444,12 +444,20 @@ def test_a_point_without_a_probe_costs_well_under_a_microsecond(tmp_path: Path) 
 
 
 def test_nothing_in_queue_core_arms_a_fault_point_except_the_crash_child() -> None:
-    arming = set()
+    # No module arms a fault plan, and only the crash child opens a Store with a probe (a
+    # probe of its own that dies at one point); the store hands its probe on to its runner.
+    arming, probing = set(), set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "arm":
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "arm":
                 arming.add(path.relative_to(PACKAGE).as_posix())
-    assert arming == {"app/crash_child.py"}
+            if any(kw.arg == "probe" and not (isinstance(kw.value, ast.Constant) and kw.value.value is None)
+                   for kw in node.keywords):
+                probing.add((path.relative_to(PACKAGE).as_posix(), ast.unparse(node.func)))
+    assert arming == set()
+    assert probing == {("app/crash_child.py", "Store"), ("store.py", "Transactions")}
     faults_source = (PACKAGE / "testing" / "faults.py").read_text(encoding="utf-8")
     assert "environ" not in faults_source and "getenv" not in faults_source  # no switch from outside
     # The protocol, its applications and the CLI never import the proof machinery: a probe comes only
