@@ -44,7 +44,7 @@ _PRODUCT = (
             "queue_core",
             "queue_core.__main__",
             "queue_core.cli",
-            "queue_core.cli_*",
+            "queue_core.cli.*",
             "queue_core.prometheus",
         ),
         "what a user calls or reads: the package's names, the command line and its output, "

@@ -7,9 +7,10 @@ handler ``handler(tx, message)`` or as your own SQL before ``complete_tx``.
 ``queue_core.receipts`` adds idempotency receipts; ``queue_core.testing`` holds
 what your own tests can use (a fault probe). ``queue_core.ledger`` is the
 reference application (money by category, in ``queue_core.app``): an
-application built on the queue, not part of it, so ``import queue_core``
-loads neither it nor ``queue_core.prometheus``; their names here
-(``ledger``, ``Handler``, ``prometheus``, ...) import them on first use.
+application built on the queue, not part of it. Every name here is imported
+on first use (``queue_core.Store`` imports the store): ``import queue_core``
+alone loads no store, no engine and no sqlite3, and never the reference
+application or ``queue_core.prometheus`` until they are named.
 """
 
 from __future__ import annotations
@@ -17,91 +18,180 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
-from . import receipts
-from .clock import Clock, ModelClock, SystemClock
-from .envelope import Batch, Event, canonical_json, parse_batch
-from .errors import (
-    BatchRejected,
-    HandlerFailure,
-    InputError,
-    InvalidQueue,
-    InvalidReceipt,
-    InvalidTime,
-    LeaseLost,
-    NoThreads,
-    NotDead,
-    OperationConflict,
-    PermanentFailure,
-    QueueConflict,
-    QueueError,
-    ReceiptError,
-    StatementFailed,
-    StatementRefused,
-    StorageError,
-    TemporaryFailure,
-    UnknownEvent,
-    UnknownQueue,
-    WrongPath,
-)
-from .queues import DEFAULT_QUEUE, QueueSettings
-from .heartbeat import Heartbeat
-from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
-from .store import (
-    DEFAULT_LEASE_SECONDS,
-    MAX_ATTEMPTS,
-    MAX_ATTEMPTS_LIMIT,
-    Store,
-    backoff_seconds,
-)
-from .rules import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MAX_PRIORITY, MIN_PRIORITY
-from .schedules import Period, Schedule, enqueue_period, run_schedule
-from .transactions import Probe, Tx
-from .values import (
-    Claimed,
-    Completion,
-    EnqueueResult,
-    Latency,
-    Lease,
-    Message,
-    Metrics,
-    Outcome,
-    Pruned,
-    StateCounts,
-    WorkCounters,
-)
-from .worker import LongHandler, WorkerConfig, WorkInterrupted, WorkSummary, work
-
 if TYPE_CHECKING:  # what mypy and your editor see; at run time __getattr__ below
-    from . import prometheus
+    from . import prometheus, receipts
     from .app import ledger
     from .app.ledger import DEFAULT_CATEGORIES, Effect, Handler, Report, Totals
+    from .clock import Clock, ModelClock, SystemClock
+    from .envelope import Batch, Event, canonical_json, parse_batch
+    from .errors import (
+        BatchRejected,
+        HandlerFailure,
+        InputError,
+        InvalidQueue,
+        InvalidReceipt,
+        InvalidTime,
+        LeaseLost,
+        NoThreads,
+        NotDead,
+        OperationConflict,
+        PermanentFailure,
+        QueueConflict,
+        QueueError,
+        ReceiptError,
+        StatementFailed,
+        StatementRefused,
+        StorageError,
+        TemporaryFailure,
+        UnknownEvent,
+        UnknownQueue,
+        WrongPath,
+    )
+    from .heartbeat import Heartbeat
+    from .queues import DEFAULT_QUEUE, QueueSettings
+    from .receipts import Receipt, ReceiptHandler, Recorded, key_from_payload
+    from .rules import DEFAULT_PRIORITY, MAX_DELAY_SECONDS, MAX_PRIORITY, MIN_PRIORITY
+    from .schedules import Period, Schedule, enqueue_period, run_schedule
+    from .store import (
+        DEFAULT_LEASE_SECONDS,
+        MAX_ATTEMPTS,
+        MAX_ATTEMPTS_LIMIT,
+        Store,
+        backoff_seconds,
+    )
+    from .transactions import Probe, Tx
+    from .values import (
+        Claimed,
+        Completion,
+        EnqueueResult,
+        Latency,
+        Lease,
+        Message,
+        Metrics,
+        Outcome,
+        Pruned,
+        StateCounts,
+        WorkCounters,
+    )
+    from .worker import LongHandler, WorkerConfig, WorkInterrupted, WorkSummary, work
 
 __version__ = "0.2.0"
 
-# Names whose module is imported on first use (PEP 562): the reference
-# application and the Prometheus exposition stay out of ``import queue_core``.
+# Every public name is imported on first use (PEP 562), from the module that
+# defines it: ``import queue_core`` (and so ``queue-core --help``, which needs
+# only the version) loads no store, no engine, no sqlite3; the reference
+# application and the Prometheus exposition load only when named.
+# module -> the names it gives (None: the module itself, under its last name)
+_SOURCES: Final[dict[str, tuple[str | None, ...]]] = {
+    "queue_core.receipts": (
+        None,
+        "Receipt",
+        "ReceiptHandler",
+        "Recorded",
+        "key_from_payload",
+    ),
+    "queue_core.clock": ("Clock", "ModelClock", "SystemClock"),
+    "queue_core.envelope": ("Batch", "Event", "canonical_json", "parse_batch"),
+    "queue_core.errors": (
+        "BatchRejected",
+        "HandlerFailure",
+        "InputError",
+        "InvalidQueue",
+        "InvalidReceipt",
+        "InvalidTime",
+        "LeaseLost",
+        "NoThreads",
+        "NotDead",
+        "OperationConflict",
+        "PermanentFailure",
+        "QueueConflict",
+        "QueueError",
+        "ReceiptError",
+        "StatementFailed",
+        "StatementRefused",
+        "StorageError",
+        "TemporaryFailure",
+        "UnknownEvent",
+        "UnknownQueue",
+        "WrongPath",
+    ),
+    "queue_core.queues": ("DEFAULT_QUEUE", "QueueSettings"),
+    "queue_core.heartbeat": ("Heartbeat",),
+    "queue_core.store": (
+        "DEFAULT_LEASE_SECONDS",
+        "MAX_ATTEMPTS",
+        "MAX_ATTEMPTS_LIMIT",
+        "Store",
+        "backoff_seconds",
+    ),
+    "queue_core.rules": (
+        "DEFAULT_PRIORITY",
+        "MAX_DELAY_SECONDS",
+        "MAX_PRIORITY",
+        "MIN_PRIORITY",
+    ),
+    "queue_core.schedules": ("Period", "Schedule", "enqueue_period", "run_schedule"),
+    "queue_core.transactions": ("Probe", "Tx"),
+    "queue_core.values": (
+        "Claimed",
+        "Completion",
+        "EnqueueResult",
+        "Latency",
+        "Lease",
+        "Message",
+        "Metrics",
+        "Outcome",
+        "Pruned",
+        "StateCounts",
+        "WorkCounters",
+    ),
+    "queue_core.worker": (
+        "LongHandler",
+        "WorkerConfig",
+        "WorkInterrupted",
+        "WorkSummary",
+        "work",
+    ),
+    "queue_core.app.ledger": (
+        None,
+        "Handler",
+        "Effect",
+        "Totals",
+        "Report",
+        "DEFAULT_CATEGORIES",
+    ),
+    "queue_core.prometheus": (None,),
+}
 # name -> (module, attribute of it, or None for the module itself)
 _ON_FIRST_USE: Final[dict[str, tuple[str, str | None]]] = {
-    "ledger": ("queue_core.app.ledger", None),
-    "Handler": ("queue_core.app.ledger", "Handler"),
-    "Effect": ("queue_core.app.ledger", "Effect"),
-    "Totals": ("queue_core.app.ledger", "Totals"),
-    "Report": ("queue_core.app.ledger", "Report"),
-    "DEFAULT_CATEGORIES": ("queue_core.app.ledger", "DEFAULT_CATEGORIES"),
-    "prometheus": ("queue_core.prometheus", None),
+    (module.rsplit(".", 1)[1] if name is None else name): (module, name)
+    for module, names in _SOURCES.items()
+    for name in names
 }
 
 
 def __getattr__(name: str) -> Any:
-    """``queue_core.ledger``, ``queue_core.Handler``, ...: imported on first use."""
-    try:
+    """``queue_core.Store``, ``queue_core.ledger``, ...: imported on first use.
+
+    A submodule not named above (``queue_core.store``) is imported on first
+    use too, as ``import queue_core`` once made it an attribute by importing it.
+    """
+    if name in _ON_FIRST_USE:
         module_name, attribute = _ON_FIRST_USE[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attribute is None else getattr(module, attribute)
+        module = importlib.import_module(module_name)
+        value = module if attribute is None else getattr(module, attribute)
+    elif not name.startswith("_") and _is_submodule(name):
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # the next use finds it without coming here
     return value
+
+
+def _is_submodule(name: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(f"{__name__}.{name}") is not None
 
 
 def __dir__() -> list[str]:

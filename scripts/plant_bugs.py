@@ -216,7 +216,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a released message goes behind the others in the claim order",
     ),
     Mutation(
-        "stop_interrupts_message_in_hand", "queue_core/cli_work.py",
+        "stop_interrupts_message_in_hand", "queue_core/cli/service.py",
         (("again = signum == signal.SIGINT and signal.SIGINT in stopping.received",
           "again = True"),),
         "SIGTERM interrupts the message in hand instead of letting it finish",
@@ -418,13 +418,20 @@ def main() -> int:
     parser.add_argument("--rev", default="HEAD", help="the commit to test (default HEAD)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    # the adversary's own planted bugs (tests/conformance/test_adversary_planted.py runs them)
+    sys.path.insert(0, str(ROOT))
+    from proof import adversary_planted
+
     if args.list:
         for m in MUTATIONS:
             print(f"{m.name:<34}{m.path:<28}{m.breaks}")
+        for p in adversary_planted.PLANTED:
+            print(f"{p.name:<34}{'(the adversary: ' + p.families + ')':<28} {p.breaks}")
         return 0
     if args.check:
-        wrong = check()
-        print("\n".join(wrong) or f"all {len(MUTATIONS)} mutations apply")
+        wrong = check() + adversary_planted.check()
+        count = len(MUTATIONS) + len(adversary_planted.PLANTED)
+        print("\n".join(wrong) or f"all {count} mutations apply")
         return 1 if wrong else 0
     chosen = list(MUTATIONS)
     if args.only:

@@ -149,7 +149,7 @@ class _nothing:
 
 @pytest.fixture
 def held_back_ctrl_c() -> Iterator[list[int]]:
-    """SIGINT handled as the worker's second Ctrl-C is (cli_work): held back inside a COMMIT."""
+    """SIGINT handled as the worker's second Ctrl-C is (cli.service): held back inside a COMMIT."""
     said: list[int] = []
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:

@@ -1,4 +1,4 @@
-"""``queue-core work``: which handler it runs, and how it stops.
+"""``queue-core work`` and ``schedule`` as services: which handler ``work`` runs, and how both stop.
 
 ``--handler package.module:function`` imports the caller's handler as Python
 would, from the working directory first and then ``sys.path``. A worker
@@ -25,14 +25,16 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final, cast
 
-from . import interrupts
-from .handlers import check_handler_shape
-from .queues import DEFAULT_QUEUE
-from .rules import MessageHandler
-from .worker import LongHandler
+from .. import interrupts
+from ..handlers import check_handler_shape
+from ..queues import DEFAULT_QUEUE
+from ..rules import MessageHandler
+from ..worker import LongHandler
 
 # package.module:function (the function may be an attribute path, Class.method)
-_SPEC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+_SPEC = re.compile(
+    r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$"
+)
 # said once, on the first Ctrl-C, straight to the terminal (safe in a signal handler)
 _FIRST_INTERRUPT = (
     b"queue-core: stopping after the message in hand (Ctrl-C again to stop now)\n"

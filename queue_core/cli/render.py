@@ -1,23 +1,79 @@
-"""What the command line prints: the progress line, the status and dead-letter tables, JSON.
+"""What the command line prints: the tables and the JSON forms of each command's
+output (``Invocation.show`` writes the one asked for with ``--format``), the
+general table of a result that is a JSON object (``fields``), and the worker's
+progress line.
 
 Plain text of fixed width (the pages show it), built from the values the
-store returns; nothing here touches a database.
+library returns; nothing here touches a database, and nothing here imports the
+store or the reference application but to show their results.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
-from typing import Any, TextIO
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TextIO
 
-from .app.ledger import Totals
-from .queues import QueueSettings
-from .values import STATES, Message, Metrics, StateCounts
-from .worker import WorkSummary
+if TYPE_CHECKING:
+    from ..queues import QueueSettings
+    from ..values import Message, Metrics, StateCounts
+    from ..worker import WorkSummary
 
 PROG = "queue-core"
+
+
+def fields(value: Any) -> str:
+    """A result that is a JSON object, as a table: one line per field, name then value."""
+    items = value.items() if isinstance(value, Mapping) else value.to_dict().items()
+    width = max((len(str(name)) for name, _ in items), default=0)
+
+    def shown(item: Any) -> str:
+        if isinstance(item, list):
+            return ", ".join(map(shown, item)) or "none"
+        if isinstance(item, Mapping):
+            return ", ".join(f"{k}={shown(v)}" for k, v in item.items()) or "none"
+        if item is None:
+            return "none"
+        return str(item).lower() if isinstance(item, bool) else str(item)
+
+    return "".join(f"{name:<{width}}  {shown(item)}\n" for name, item in items)
+
+
+class Money(Protocol):
+    """The reference application's money, as ``status`` shows it (``ledger.Totals``)."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def total_cents(self) -> int: ...
+    @property
+    def by_category(self) -> Mapping[str, int]: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Status(NamedTuple):
+    """What ``status`` read in one snapshot: the counts, the metrics, the money if any."""
+
+    counts: StateCounts
+    metrics: Metrics
+    totals: Money | None
+
+
+def status_json(status: Status) -> dict[str, object]:
+    """``status --format json``: the counts, the money where it is, the other metrics."""
+    data: dict[str, object] = {"messages": status.counts.to_dict()["messages"]}
+    if status.totals is not None:
+        data["effects"] = status.totals.to_dict()
+    data["metrics"] = {
+        k: v for k, v in status.metrics.to_dict().items() if k != "messages"
+    }
+    return data
+
+
+def status_text(status: Status) -> str:
+    return status_table(status.counts, status.metrics, status.totals)
 
 
 class Progress:
@@ -62,6 +118,8 @@ class Progress:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         rate = summary.claimed / elapsed
         if self._as_json:
+            import json
+
             self._stream.write(
                 json.dumps(
                     {
@@ -92,11 +150,7 @@ def wrap(text: str, *, indent: int, width: int = 88) -> str:
     return "\n".join(lines)
 
 
-def print_json(value: Any, out: TextIO) -> None:
-    out.write(json.dumps(value, ensure_ascii=False) + "\n")
-
-
-def status_table(counts: StateCounts, metrics: Metrics, totals: Totals | None) -> str:
+def status_table(counts: StateCounts, metrics: Metrics, totals: Money | None) -> str:
     """``queue-core status``: the counts and metrics, then the ledger's money if any.
 
     ``totals`` is ``None`` where the reference application is not installed:
@@ -178,6 +232,8 @@ def messages_table(messages: list[Message]) -> str:
 
 def queues_table(queues: list[tuple[QueueSettings, StateCounts]]) -> str:
     """``queue-core queues``: one row per queue, its settings and counts by state."""
+    from ..values import STATES
+
     name_width = max(len("queue"), *(len(q.name) for q, _ in queues))
     rule_width = max(len("id rule"), *(len(q.id_pattern) for q, _ in queues))
     lines = [
@@ -204,6 +260,91 @@ def retry_policy(q: QueueSettings) -> str:
         f"{q.backoff_base_seconds} s doubling, at most {q.backoff_max_seconds} s, "
         f"{jitter}"
     )
+
+
+def dead_json(letters: list[Message]) -> list[dict[str, Any]]:
+    """``dead --format json``: each dead letter with its reason and its payload."""
+    return [
+        {
+            "event_id": m.event_id,
+            "attempts": m.attempts,
+            "generation": m.generation,
+            "last_error": m.last_error,
+            "detail": m.last_detail,
+            "payload": m.payload_object,
+        }
+        for m in letters
+    ]
+
+
+def messages_json(messages: list[Message]) -> list[dict[str, Any]]:
+    return [message_json(m) for m in messages]
+
+
+def queues_json(
+    queues: list[tuple[QueueSettings, StateCounts]],
+) -> list[dict[str, Any]]:
+    """``queues --format json``: each queue's settings and its counts by state."""
+    return [{**q.to_dict(), **counts.to_dict()} for q, counts in queues]
+
+
+def exposition(by_queue: Mapping[str, Metrics]) -> str:
+    """``metrics``: Prometheus' text format (``queue_core.prometheus``)."""
+    from ..prometheus import exposition_all
+
+    return exposition_all(by_queue)
+
+
+def metrics_json(by_queue: Mapping[str, Metrics]) -> dict[str, Any]:
+    """``metrics --format json``: each queue's metrics, by name."""
+    return {queue: metrics.to_dict() for queue, metrics in by_queue.items()}
+
+
+def period_line(period: Mapping[str, Any]) -> str:
+    """``schedule --format table``: one line per period enqueued."""
+    return (
+        f"{period['event_id']}  start {period['start']}: accepted {period['accepted']}, "
+        f"duplicates {period['duplicates']}\n"
+    )
+
+
+# the demo's snapshots, as its text names them
+_SNAPSHOT_LABELS = {
+    "after_enqueue": "after enqueue",
+    "intermediate": "intermediate",
+    "final": "final",
+    "after_reenqueue": "after re-enqueue",
+    "after_redrive": "after redrive",
+}
+
+
+def demo_text(result: Any) -> str:
+    """``demo``: each step at its model time, and the snapshots under the steps that take one."""
+    from ..app.demo import format_snapshot
+
+    lines = []
+    for step in result.steps:
+        lines.append(wrap(f"[t={step.now}] {step.text}", indent=9))
+        if step.snapshot:
+            # the counts, then the money under them
+            label = f"    {_SNAPSHOT_LABELS[step.snapshot]}: "
+            counts, money = format_snapshot(result.snapshots[step.snapshot]).split(
+                " | "
+            )
+            lines += [f"{label}{counts}", f"{' ' * len(label)}{money}"]
+    return "".join(line + "\n" for line in lines)
+
+
+def lab_text(results: Any) -> str:
+    """``lab``: each story as the lab tells it (``app.lab.format_text``)."""
+    from ..app.lab import format_text
+
+    return str(format_text(results))
+
+
+def lab_json(results: Mapping[str, Any]) -> dict[str, Any]:
+    """``lab --format json``: one object keyed by case name, each a list of steps."""
+    return {case: [step.to_dict() for step in steps] for case, steps in results.items()}
 
 
 def message_json(m: Message) -> dict[str, Any]:

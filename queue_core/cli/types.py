@@ -1,7 +1,9 @@
 """``queue-core``'s argument types: each turns one option's text into a value, or says what is wrong.
 
 argparse calls them; a refusal (``argparse.ArgumentTypeError``) becomes a usage
-error that names the option (exit 2).
+error that names the option (exit 2). Every bound is the library's own
+constant, read where the library defines it when its option is given: so
+``queue-core --help`` imports none of the library's modules.
 """
 
 from __future__ import annotations
@@ -10,16 +12,8 @@ import argparse
 import math
 import re
 from collections.abc import Callable
-from datetime import datetime
 
-from .claims import check_error_code
-from .clock import MAX_SECONDS
-from .errors import InvalidQueue
-from .queues import check_queue_name
-from .rules import MAX_PRIORITY, MIN_PRIORITY
-from .schedules import MAX_PERIOD_SECONDS
-from .store import MAX_LEASE_SECONDS
-from .worker import MAX_POLL_SECONDS
+from ..clock import MAX_SECONDS
 
 MAX_BUSY_SECONDS = 3600  # --busy-timeout: an hour is already a hung database
 
@@ -68,7 +62,9 @@ def parse_decimal_seconds(text: str, high: float) -> float:
         )
     seconds = float(text)
     if seconds > high:
-        raise argparse.ArgumentTypeError(f"expected at most {high:g} seconds, got {text}")
+        raise argparse.ArgumentTypeError(
+            f"expected at most {high:g} seconds, got {text}"
+        )
     return seconds
 
 
@@ -79,17 +75,25 @@ def parse_busy_seconds(text: str) -> float:
 
 def parse_poll_seconds(text: str) -> float:
     """An argparse type: seconds a --forever worker waits, above 0 (work()'s own bounds)."""
+    from ..worker import MAX_POLL_SECONDS
+
     seconds = parse_decimal_seconds(text, MAX_POLL_SECONDS)
     if seconds == 0:
         raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
     return seconds
 
 
-parse_lease_seconds = whole_number(1, MAX_LEASE_SECONDS)
+def parse_lease_seconds(text: str) -> int:
+    """An argparse type: a lease in whole seconds, 1 to the library's longest."""
+    from ..rules import MAX_LEASE_SECONDS
+
+    return whole_number(1, MAX_LEASE_SECONDS)(text)
 
 
 def parse_at(text: str) -> int:
     """An argparse type: ISO 8601 with a timezone, or Unix seconds; returns Unix seconds."""
+    from datetime import datetime
+
     if re.fullmatch(r"[0-9]+", text):
         return parse_seconds(text)
     try:
@@ -110,11 +114,17 @@ def parse_at(text: str) -> int:
     return seconds
 
 
-parse_priority = whole_number(MIN_PRIORITY, MAX_PRIORITY)
+def parse_priority(text: str) -> int:
+    """An argparse type: a priority within the library's range."""
+    from ..rules import MAX_PRIORITY, MIN_PRIORITY
+
+    return whole_number(MIN_PRIORITY, MAX_PRIORITY)(text)
 
 
 def parse_every(text: str) -> int:
     """An argparse type: a period such as 60, 90s, 15m, 12h or 1d, 1 s to a year."""
+    from ..schedules import MAX_PERIOD_SECONDS
+
     seconds = parse_age(text)
     if not 1 <= seconds <= MAX_PERIOD_SECONDS:
         raise argparse.ArgumentTypeError(
@@ -134,6 +144,9 @@ def parse_fraction(text: str) -> float:
 
 def parse_queue_name(text: str) -> str:
     """A queue name, checked before any SQL runs."""
+    from ..errors import InvalidQueue
+    from ..queues import check_queue_name
+
     try:
         return check_queue_name(text)
     except InvalidQueue as exc:
@@ -143,14 +156,43 @@ def parse_queue_name(text: str) -> str:
 parse_count = whole_number(0, 10**9)
 
 
+def parse_delay(text: str) -> int:
+    """An argparse type: a delay in whole seconds, 0 to the library's longest."""
+    from ..rules import MAX_DELAY_SECONDS
+
+    return whole_number(0, MAX_DELAY_SECONDS)(text)
+
+
+def parse_batch(text: str) -> int:
+    """An argparse type: messages per transaction, 1 to the library's most."""
+    from ..rules import MAX_BATCH
+
+    return whole_number(1, MAX_BATCH)(text)
+
+
+def parse_concurrency(text: str) -> int:
+    """An argparse type: a worker's threads, 1 to the worker's limit."""
+    from ..worker import MAX_CONCURRENCY
+
+    return whole_number(1, MAX_CONCURRENCY)(text)
+
+
+def parse_heartbeat_seconds(text: str) -> float:
+    """An argparse type: a two-step handler's heartbeat interval, above 0, at most a lease."""
+    from ..rules import MAX_LEASE_SECONDS
+
+    seconds = parse_decimal_seconds(text, MAX_LEASE_SECONDS)
+    if seconds == 0:
+        raise argparse.ArgumentTypeError("expected more than 0 seconds, got 0")
+    return seconds
+
+
 def parse_error_code(text: str) -> str:
     """An argparse type: an error code to match last_error with."""
+    from ..claims import check_error_code
+
     try:
         check_error_code(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
-
-
-# The one example line of the help text; tests check that it is a valid line the
-# handler accepts.
