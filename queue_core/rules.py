@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
 from .clock import MAX_SECONDS
-from .engines import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported: the engine's default
 from .errors import InvalidTime
 from .values import Lease, Message
 
@@ -30,9 +29,9 @@ MAX_ATTEMPTS: Final = 3
 # at most 100 claims per cycle: past the cap, each further claim only waits the
 # cap again, so a longer budget is a loop, not a retry
 MAX_ATTEMPTS_LIMIT: Final = 100
-# After the engine's own wait for a lock (its busy timeout: BUSY_TIMEOUT_MS, the
-# SQLite engine's, re-exported here for the command line), we back off and retry
-# until this much time has passed.
+# After the engine's own wait for a lock (its busy timeout: engines.BUSY_TIMEOUT_MS,
+# a store's default), we back off and retry until this much time
+# has passed.
 BUSY_RETRY_SECONDS: Final = 60.0
 
 # The named steps of each write operation, where a probe is called: its

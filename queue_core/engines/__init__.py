@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Final, Protocol
 
-from .base import APPLICATION_ID, THREADS, Connection, Rows, needs_migration, refuse_write
+from .base import APPLICATION_ID, BUSY_TIMEOUT_MS, THREADS, Connection, Rows, needs_migration, refuse_write
 from .engine import Engine
 from .lines import (
     LINES,
@@ -35,8 +35,6 @@ from .lines import (
     register_line,
 )
 from .operations import Operations
-from .sqlite import BUSY_TIMEOUT_MS, SQLiteEngine
-from .sqlite import read_only_reason as _file_read_only_reason
 
 __all__ = [  # the seam's own names and those it hands on
     "APPLICATION_ID",
@@ -143,6 +141,8 @@ def engine_for(
     factory = None if scheme is None else _factory(scheme)
     if factory is not None:
         return factory(str(target), busy_timeout_ms=busy_timeout_ms, read_only=read_only)
+    from .sqlite import SQLiteEngine  # imported when first used, as every engine
+
     return SQLiteEngine(Path(target), busy_timeout_ms=busy_timeout_ms, read_only=read_only)
 
 
@@ -155,4 +155,6 @@ def read_only_reason(target: str | Path) -> str | None:
     scheme = scheme_of(target)
     if scheme is not None and _factory(scheme) is not None:
         return None
-    return _file_read_only_reason(Path(target))
+    from .sqlite import read_only_reason as file_reason
+
+    return file_reason(Path(target))

@@ -23,6 +23,12 @@ from ..errors import StorageError, WrongPath
 # and one thread: no writers' turn, no heartbeat thread.
 THREADS: Final = sys.platform != "emscripten"
 
+# An engine's own wait for a lock, per attempt: SQLite's busy_timeout (PRAGMA on
+# each connection, for another connection's write lock), PostgreSQL's
+# lock_timeout; then the store backs off and retries until its
+# busy_retry_seconds. A store's default (Store(busy_timeout_ms=...)).
+BUSY_TIMEOUT_MS: Final = 2_000
+
 # Marks a database as queue_core's: SQLite's application_id, PostgreSQL's
 # queue_core_schema row, and the key of PostgreSQL's schema lock ("QCor").
 APPLICATION_ID: Final = 0x51436F72

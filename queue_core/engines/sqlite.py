@@ -21,6 +21,7 @@ from ..errors import StorageError, WrongPath
 from . import sqlite_turn
 from .base import (
     APPLICATION_ID,
+    BUSY_TIMEOUT_MS,
     Connection,
     SqlTransactions,
     migrations,
@@ -37,11 +38,6 @@ MIGRATIONS: Final = migrations("sqlite_migrations")
 OPERATIONS: Final = NamedQueries(load(__package__, "sqlite_queries.sql"))
 SCHEMA_VERSION: Final = max(MIGRATIONS)
 MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
-# SQLite's own wait for another connection's write lock, per attempt (PRAGMA
-# busy_timeout on each connection); then the store backs off and retries
-# until its busy_retry_seconds. A store's default, on every engine (PostgreSQL's
-# lock_timeout takes it).
-BUSY_TIMEOUT_MS: Final = 2_000
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 

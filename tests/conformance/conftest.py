@@ -56,7 +56,6 @@ NOT_ON_THE_THIRD_ENGINE = {
     "test_worker_service.py::test_ctrl_c_stops_after_the_message_in_hand_with_status_130": ANOTHER_PROCESS,
     "test_worker_service.py::test_sigterm_finishes_the_message_in_hand_and_takes_no_new_one": ANOTHER_PROCESS,
     "test_worker_service.py::test_work_runs_your_handler_from_your_module": ANOTHER_PROCESS,
-    "test_worker_threads.py::test_a_thread_that_does_not_stop_in_time_keeps_its_lease_to_run_out": ANOTHER_PROCESS,
     "test_worker_threads.py::test_sigterm_with_n_threads_finishes_every_message_in_hand": ANOTHER_PROCESS,
     "test_worker_threads.py::test_the_cli_runs_a_two_step_handler_under_its_heartbeat": ANOTHER_PROCESS,
     "test_worker_threads.py::test_two_ctrl_c_with_n_threads_give_every_lease_back": ANOTHER_PROCESS,
