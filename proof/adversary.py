@@ -318,13 +318,14 @@ class Adversary(Machine):
     def _judge_own(self, pre: Snapshot, now: int, plan: list[tuple[Held, OwnStep]],
                    seen: list[OwnResult], escaped: str | None) -> None:
         rows = {(m.queue, m.event_id): m for m in pre.messages}
-        failed = control = False
+        failed = control = doomed = False  # doomed: a refusal it swallowed (no COMMIT can follow)
         for (held, step), result in zip(plan, seen):
             key, lease = (held.queue, held.lease.event_id), held.lease
             what = f"own transaction: {step} on {key[0]}/{key[1]} (generation {lease.generation})"
             passes = fence_passes(rows.get(key), lease, now)
             if result.checked == "done" and not passes:
                 raise PromiseBroken("the fence", f"{what}: leased_tx let a lease through that does not pass")
+            doomed = doomed or (result.checked or "").startswith("raised:")
             failed, control = failed or result.failed, control or result.control
             if result.acked is None:
                 break  # this step's refusal escaped the block (or a statement of it failed)
@@ -335,6 +336,9 @@ class Adversary(Machine):
             elif failed:
                 verdict = Verdict("refused", "a statement of this transaction failed", "failed statement",
                                   tolerant=True)
+            elif doomed:  # the store raises the first refusal again: this ACK could never commit
+                verdict = Verdict("refused", "a refusal swallowed earlier in this transaction doomed it",
+                                  "effect and ACK together", tolerant=True)
             elif not passes:
                 verdict = Verdict("lease_lost", "the lease does not pass the fence", "the fence")
             else:
@@ -344,6 +348,7 @@ class Adversary(Machine):
                             f"{' (swallowed)' if result.acked.startswith('raised:') else ''}")
             if result.acked == "done":
                 rows[key] = replace(rows[key], state="done")
+            doomed = doomed or result.acked.startswith("raised:") or result.acked == "lease_lost"
         if escaped is not None:
             self.tally.note(f"own transaction: rolled back ({escaped})")
             return
@@ -552,8 +557,13 @@ class AdversaryResult:
 
 
 def run(target: Target, budget: Budget = QUICK, families: frozenset[str] = ALL_FAMILIES, *,
-        shrink: bool = True, progress: Progress | None = None) -> AdversaryResult:
-    """Run the adversary on ``target``; a broken clause is returned in ``found``, not raised."""
+        shrink: bool = True, progress: Progress | None = None, derandomize: bool = False) -> AdversaryResult:
+    """Run the adversary on ``target``; a broken clause is returned in ``found``, not raised.
+
+    ``derandomize``: the draws are seeded, the same on every run of the same code (the test
+    suite's runs, whose every assertion must hold or fail the same way each time); without it
+    each run draws anew (the long profile: more ground over many runs).
+    """
     unknown = families - ALL_FAMILIES
     if unknown:
         raise ValueError(f"unknown attack families {sorted(unknown)}; they are {sorted(ALL_FAMILIES)}")
@@ -563,7 +573,7 @@ def run(target: Target, budget: Budget = QUICK, families: frozenset[str] = ALL_F
     phases = [Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
     chosen = settings(max_examples=budget.examples, stateful_step_count=budget.steps, deadline=None,
                       database=None, phases=phases, report_multiple_bugs=False, print_blob=False,
-                      suppress_health_check=list(HealthCheck))
+                      suppress_health_check=list(HealthCheck), derandomize=derandomize)
     printed: list[str] = []
     began = time.monotonic()
     found: dict[str, Any] | None = None

@@ -7,7 +7,8 @@ which checks that every replacement still applies): receipts keyed without
 their scope (hole 1), a ``ROLLBACK TO`` that lifts the doom (hole 2), a COMMIT
 that ignores the doom (hole 3), and the extra holes it found (transaction
 control through ``tx.execute``, a lost lease in the caller's
-``complete_many_tx``, the store's own savepoint names). ``run_planted`` copies
+``complete_many_tx``, the store's own savepoint names, a savepoint one handler of
+a batch leaves open for the next). ``run_planted`` copies
 ``queue_core`` and ``proof`` into a folder, plants the bug there, and runs the
 adversary's quick budget with the bug's attack families in a process of its
 own, which imports the copy (it says so, or fails). Nothing here changes this
@@ -93,6 +94,16 @@ PLANTED: Final = (
         "names: a handler's ROLLBACK TO queue_core_batch (the store's own savepoint) runs",
         "names", frozenset({"exactly one effect", "effect and ACK together"}),
     ),
+    Planted(
+        "batch_handlers_share_savepoints",
+        (("queue_core/completion.py", "                    tx.savepoint(_HANDLER)",
+          "                    pass  # planted: no savepoint of its own"),
+         ("queue_core/completion.py", "                    tx.release(_HANDLER)",
+          "                    pass  # planted"),),
+        "leftover: a savepoint one handler of a claimed batch leaves open is rolled back to by "
+        "a later handler, undoing the earlier message's effect",
+        "leftover", frozenset({"exactly one effect"}),
+    ),
 )
 
 
@@ -125,7 +136,7 @@ def check(root: Path = ROOT) -> list[str]:
 # The process that runs the adversary on the copy: it must import the copy's queue_core.
 _RUNNER: Final = """
 import json, sys
-tree, engine, where, families, examples, shrink = sys.argv[1:7]
+tree, engine, where, families, examples, shrink, seeded = sys.argv[1:8]
 sys.path[:0] = [tree]
 import queue_core
 if not queue_core.__file__.startswith(tree):
@@ -134,15 +145,18 @@ from proof.adversary import QUICK, Budget, run
 from proof.adversary_db import PostgresTarget, RunningServer, SqliteTarget
 target = SqliteTarget(where) if engine == "sqlite" else PostgresTarget(RunningServer(where))
 budget = Budget(int(examples) or QUICK.examples, QUICK.steps)
-result = run(target, budget, frozenset(families.split(",")), shrink=shrink == "shrink")
+result = run(target, budget, frozenset(families.split(",")), shrink=shrink == "shrink",
+             derandomize=seeded == "seeded")
 print(json.dumps(result.to_dict()))
 """
 
 
 def run_planted(planted: Planted, folder: Path, *, engine: str = "sqlite", server: Path | None = None,
-                examples: int = 0, shrink: bool = False, timeout: float = 600) -> dict[str, Any]:
+                examples: int = 0, shrink: bool = False, timeout: float = 600,
+                derandomize: bool = True) -> dict[str, Any]:
     """Plant ``planted`` in a copy of queue_core under ``folder`` and run the adversary there
-    (quick budget, or ``examples``); returns its result (``AdversaryResult.to_dict()``).
+    (quick budget, or ``examples``; seeded draws unless ``derandomize`` is False); returns its
+    result (``AdversaryResult.to_dict()``).
 
     On PostgreSQL, ``server`` is the folder of a running throwaway server
     (``proof.postgres_cluster.Cluster.root``): the run makes a database of its own on it.
@@ -157,7 +171,7 @@ def run_planted(planted: Planted, folder: Path, *, engine: str = "sqlite", serve
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     ran = subprocess.run(
         [sys.executable, "-c", _RUNNER, str(tree), engine, where, planted.families, str(examples),
-         "shrink" if shrink else "no"],
+         "shrink" if shrink else "no", "seeded" if derandomize else "random"],
         cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
     if ran.returncode != 0 or not ran.stdout.strip():
         raise RuntimeError(f"the planted run of {planted.name} failed ({ran.returncode}): "

@@ -27,10 +27,10 @@ from .scope import Scope
 from .transactions import Transactions, Tx, dooms_on_failure
 from .values import Claimed, Completion, Lease, Message, Outcome
 
-
 # The queue's own savepoints (engines/caller_statements.py refuses a caller's use).
 _MESSAGE = "queue_core_message"
 _BATCH = "queue_core_batch"
+_HANDLER = "queue_core_handler"  # around each handler of a batch
 
 
 class Completing:
@@ -123,8 +123,12 @@ class Completing:
                 read.append(lease)
                 self._scope.at("complete.after_read")
             try:
+                if len(batch) > 1:  # no later handler can ROLLBACK TO its savepoints
+                    tx.savepoint(_HANDLER)
                 handler(tx, message)
                 tx.raise_if_doomed()  # a failure it caught, or a fence it let pass
+                if len(batch) > 1:
+                    tx.release(_HANDLER)
             except Exception as exc:
                 # what raised after a caught failure (PostgreSQL refuses every
                 # later statement) is its consequence: the failure is the reason
@@ -564,12 +568,8 @@ class Completing:
             try:  # undoes its own message on LeaseLost
                 results.append(self._complete_with(tx, lease, handler, message))
             except LeaseLost as lost:
+                lost_lease = Outcome.LEASE_LOST
                 results.append(
-                    Completion(
-                        lease.event_id,
-                        Outcome.LEASE_LOST,
-                        LeaseLost.code,
-                        detail=lost.message,
-                    )
+                    Completion(lease.event_id, lost_lease, LeaseLost.code, detail=lost.message)
                 )
         return results
