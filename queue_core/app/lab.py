@@ -99,15 +99,14 @@ class Step:
 
 @contextmanager
 def _transaction(path: Path) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT on a fresh connection; ROLLBACK on any exception."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+    """The broker's transaction: BEGIN IMMEDIATE on a fresh connection; sqlite3 ends it.
+
+    The model broker is someone else's system, in a plain sqlite3 file: its
+    connection commits at the block's end and rolls back on any exception.
+    """
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn, conn:
         conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        yield conn
 
 
 class Broker:
@@ -167,32 +166,33 @@ class Broker:
 
 
 class App:
-    """The application's database: the ledger (the effect) and its receipts."""
+    """The application's database: the ledger (the effect) and its receipts.
+
+    Not a queue's database: each step is ``receipts.transaction``, which made
+    the receipts table beside the ledger the first time.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with closing(sqlite3.connect(path)) as conn:
-            conn.executescript(_APP_SCHEMA)
-        with _transaction(path) as conn:
-            # not a queue database: the receipts table is created here
-            receipts.create_table(conn)
+        with receipts.transaction(path) as tx:
+            tx.execute(_APP_SCHEMA)
 
     def charge(self, *, with_receipt: bool) -> str:
         """Write the charge in one transaction (with a receipt or not); report it."""
-        with _transaction(self.path) as conn:
+        with receipts.transaction(self.path) as tx:
 
             def write_effect() -> str:
-                cursor = conn.execute(
+                cursor = tx.execute(
                     "INSERT INTO ledger (tenant, operation, amount_cents) "
-                    "VALUES (?, ?, ?)",
+                    "VALUES (?, ?, ?) RETURNING id",
                     (TENANT, OPERATION, PAYLOAD["amount_cents"]),
                 )
-                return f"ledger/{cursor.lastrowid}"
+                return f"ledger/{cursor.fetchone()[0]}"
 
             if not with_receipt:
                 return f"writes the effect ({write_effect()}), no receipt"
             recorded = receipts.record(
-                conn, TENANT, OPERATION, PAYLOAD, write_effect, scope=SCOPE
+                tx, TENANT, OPERATION, PAYLOAD, write_effect, scope=SCOPE
             )
             if recorded.reused:
                 return (
@@ -205,9 +205,9 @@ class App:
             )
 
     def counts(self) -> tuple[int, int]:
-        with closing(sqlite3.connect(self.path)) as conn:
-            effects = conn.execute("SELECT count(*) FROM ledger").fetchone()[0]
-            return effects, len(receipts.all_receipts(conn))
+        with receipts.transaction(self.path) as tx:
+            effects = tx.execute("SELECT count(*) FROM ledger").fetchone()[0]
+            return int(effects), len(receipts.all_receipts(tx))
 
 
 class _Story:

@@ -40,7 +40,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import StorageError
-from . import THREADS
+from .base import THREADS
 
 fcntl: ModuleType | None
 try:
