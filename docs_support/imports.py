@@ -80,7 +80,6 @@ _PRODUCT = (
             "queue_core.transactions",
             "queue_core.interrupts",
             "queue_core.rules",
-            "queue_core.lifecycle",
             "queue_core.queues",
             "queue_core.envelope",
             "queue_core.clock",

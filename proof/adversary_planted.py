@@ -67,8 +67,8 @@ PLANTED: Final = (
     ),
     Planted(
         "commit_ignores_doom",
-        (("queue_core/transactions.py", "                    self._tx.raise_if_doomed()\n",
-          "                    pass  # planted: COMMIT without looking at the doom\n"),),
+        (("queue_core/transactions.py", "                yield tx\n                tx.raise_if_doomed()\n",
+          "                yield tx\n"),),
         "hole 3 of #44: store.transaction() commits after a refused fence the caller "
         "caught (a swallowed LeaseLost)",
         "swallow", frozenset({"effect and ACK together", "at most once", "exactly one effect"}),

@@ -14,8 +14,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from .errors import NotDead, UnknownEvent
-from .lifecycle import LEASE_EXPIRED
-from .rules import check_count
+from .rules import LEASE_EXPIRED, check_count
 from .scope import Scope
 from .transactions import Transactions, Tx, dooms_on_failure
 from .values import Claimed, Lease, new_lease_token

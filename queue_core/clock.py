@@ -11,6 +11,7 @@ database must share one host clock; see the limits chapter.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -82,3 +83,13 @@ def _whole_seconds(value: int) -> int:
         )
     return value
 
+
+def lease_deadline(instant: float, lease_seconds: int) -> int:
+    """A new lease's ``lease_until``, counted from the next whole second.
+
+    So it lasts at least ``lease_seconds``.
+    A lease is valid while ``now() < lease_until``, and ``now()`` rounds the time
+    down: counted from the second below, a lease taken at 1000.9 would end at
+    1001.0 after 0.1 s.
+    """
+    return math.ceil(instant) + lease_seconds

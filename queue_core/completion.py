@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from .engines import THREADS
 from .errors import HandlerFailure, LeaseLost, StorageError, check_retry_after
 from .heartbeat import Heartbeat, check_heartbeat
-from .lifecycle import Failure, after_failure, failure_of, lease_deadline
 from .rules import (
     MAX_BATCH,
     MessageHandler,
@@ -22,6 +21,10 @@ from .rules import (
     check_code,
     check_handler,
     check_lease,
+    lease_deadline,
+    refusal,
+    retry_after_of,
+    retry_draw,
 )
 from .scope import Scope
 from .transactions import Transactions, Tx, dooms_on_failure
@@ -94,8 +97,8 @@ class Completing:
                     raise refused.error from None
                 # undo the handler's writes; the read before them wrote nothing
                 tx.rollback_to(_MESSAGE)
-                result = self._record_failure(
-                    tx, lease, failure_of(refused.error), "complete.after_update"
+                result = self._refuse(
+                    tx, lease, *refusal(refused.error), retry_after_of(refused.error)
                 )
         except LeaseLost:
             if tx.conn.in_transaction:
@@ -113,7 +116,7 @@ class Completing:
         A message not given is read first, fenced, from the database (the
         payload never comes from the caller). A handler that refuses or raises
         ends it with ``Refused``; the caller undoes the effects and records
-        the refusal (``_record_failure``), in this transaction or in one of its own.
+        the refusal (``_refuse``), in this transaction or in one of its own.
         """
         tx.raise_if_doomed()
         read: list[Lease] = []
@@ -204,12 +207,11 @@ class Completing:
                 "complete", lambda tx: self._effects_then_ack(tx, pair, handler)[0]
             )
         except Refused as refused:
-            failure = failure_of(refused.error)
+            code, detail, permanent = refusal(refused.error)
+            after = retry_after_of(refused.error)
         return self._runner._write(
             "fail",
-            lambda tx: self._record_failure(
-                tx, claimed.lease, failure, "complete.after_update"
-            ),
+            lambda tx: self._refuse(tx, claimed.lease, code, detail, permanent, after),
         )
 
     @dooms_on_failure
@@ -458,47 +460,70 @@ class Completing:
         """``fail`` inside the caller's transaction."""
         check_code(code, detail)
         check_retry_after(retry_after)
-        check_lease(lease)
-        failure = Failure(code, detail, permanent, retry_after)
-        return self._record_failure(tx, lease, failure, "fail.after_update")
+        message = self.leased_tx(tx, lease)
+        self._scope.at("fail.after_read")
+        return self._fail_checked(
+            tx,
+            message,
+            code,
+            detail,
+            permanent=permanent,
+            point="fail.after_update",
+            retry_after=retry_after,
+        )
 
-    def _record_failure(
-        self, tx: Tx, lease: Lease, failure: Failure, point: str
+    def _refuse(
+        self,
+        tx: Tx,
+        lease: Lease,
+        code: str,
+        detail: str | None,
+        permanent: bool,
+        retry_after: float | None = None,
     ) -> Completion:
-        """A failed attempt: retry or dead (``lifecycle.after_failure``), one fenced statement.
+        """A handler refused the payload: record it only if the lease is still current.
 
-        It moves the message only while ``lease`` is its current, unexpired
-        lease (a handler may have taken long: the lease is checked again, as
-        on the success path); otherwise it raises ``LeaseLost`` saying why.
+        The handler may have taken long, so the lease is checked again, as on
+        the success path; a refusal after the lease ended raises ``LeaseLost``.
         """
-        scope = self._scope
-        now = tx.now()
-        after = after_failure(
-            lease,
-            failure,
-            queue=scope.queue,
-            max_attempts=scope.max_attempts,
-            backoff=scope.settings.backoff,
-            now=now,
+        message = self.leased_tx(tx, lease)
+        return self._fail_checked(
+            tx,
+            message,
+            code,
+            detail,
+            permanent=permanent,
+            point="complete.after_update",
+            retry_after=retry_after,
         )
-        moved = tx.ops.fail(
-            tx.conn,
-            scope.queue,
-            lease,
-            after.move,
-            {"now": now},
-            code=failure.code,
-            detail=failure.detail,
-            available_at=after.available_at,
-        )
-        if not moved:
-            self.leased_tx(tx, lease)  # raises LeaseLost with the reason
-            raise LeaseLost(
-                f"{lease.event_id}: generation {lease.generation} "
-                "is no longer the current lease"
+
+    def _fail_checked(
+        self,
+        tx: Tx,
+        message: Message,
+        code: str,
+        detail: str | None,
+        *,
+        permanent: bool,
+        point: str,
+        retry_after: float | None = None,
+    ) -> Completion:
+        if permanent or message.attempts >= self._scope.max_attempts:
+            tx.ops.fail_dead(tx.conn, self._scope.queue, message.event_id, code, detail)
+            outcome = Completion(message.event_id, Outcome.DEAD, code, detail=detail)
+        else:
+            # the queue's retry policy; the jitter's draw is this attempt's own
+            draw = retry_draw(self._scope.queue, message.event_id, message.generation)
+            delay = self._scope.settings.backoff(message.attempts, draw, retry_after)
+            available_at = tx.now() + delay
+            tx.ops.fail_retry(
+                tx.conn, self._scope.queue, message.event_id, code, detail, available_at=available_at
             )
-        scope.at(point)
-        return after.completion
+            outcome = Completion(
+                message.event_id, Outcome.RETRY, code, available_at, detail
+            )
+        self._scope.at(point)
+        return outcome
 
     # ------------------------------------------------------------ batches
 

@@ -21,13 +21,13 @@ effect.
 * A failure anywhere in the caller's transaction rolls back receipt and effect
   together: there is never a receipt without its effect, or the reverse.
 
-Every function takes the caller's open transaction, a queue transaction
-``Tx``: ``store.transaction()`` (on SQLite or PostgreSQL), where the table is
-part of the queue's versioned schema (migrations 2 and 10 of each engine);
-or, for an SQLite file that is not a queue's, ``receipts.transaction(path)``,
-which creates the table there once (and moves a table from before scopes to
-the scope ``default``). Its statements are each engine's named statements
-(``receipt_*``); a driver's own connection is refused.
+Every function takes the caller's open transaction: a store ``Tx`` (on
+SQLite or PostgreSQL), or a plain ``sqlite3.Connection`` inside ``BEGIN``. In
+a queue database the table is part of the versioned schema (migrations 2 and
+10 of each engine); another SQLite database creates it once with
+``create_table`` (which also moves a table from before scopes to the scope
+``default``). Its statements are each engine's named statements
+(``receipt_*``).
 
 On PostgreSQL two transactions can run ``record`` for the same key at once
 (there is no database write lock), so ``record`` first takes a transaction
@@ -42,23 +42,22 @@ receipt instead of writing a second effect. The store knows nothing of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+import sqlite3
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Union
 
 from .clock import SystemClock
-from .engines import BUSY_TIMEOUT_MS, engine_for, scheme_of
+from .engines import adopt
 from .envelope import MAX_PAYLOAD_BYTES, canonical_json
 from .errors import InvalidReceipt, OperationConflict, PermanentFailure, ReceiptError
-from .rules import BUSY_RETRY_SECONDS
 from .store import MessageHandler, Store
-from .transactions import Transactions, Tx
+from .transactions import Tx
 from .values import Message
 
 MAX_KEY_CHARS = 200  # scope, tenant and operation: 1..200 characters each
 
+Transaction = Union[Tx, sqlite3.Connection]
 ReceiptKey = Callable[[Mapping[str, Any]], "tuple[Any, Any]"]
 EffectCheck = Callable[[Tx, "Receipt"], bool]
 # a receipt whose effect is gone
@@ -94,45 +93,22 @@ class Recorded:
 # ---------------------------------------------------------------- writing
 
 
-@contextmanager
-def transaction(
-    path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS
-) -> Iterator[Tx]:
-    """A write transaction on an SQLite file that is not a queue's, for receipts beside your tables.
+def create_table(tx: Transaction) -> None:
+    """Create the receipts table in an SQLite database that is not a queue's.
 
-    ``with receipts.transaction("shop.sqlite3") as tx:`` opens the file (a
-    new one is created), creates the receipts table there the first time (a
-    table from before scopes moves to the scope ``default``), begins a write
-    transaction and gives it as a ``Tx``: your statements go through
-    ``tx.execute`` (``?`` placeholders), ``record`` writes the effect and its
-    receipt in it, and the block's end commits both, or rolls both back on
-    an exception. The connection is closed at the end. A queue's database
-    has the table already: use its store's ``store.transaction()``.
+    A queue's database has it already.
     """
-    if not isinstance(path, (str, Path)) or scheme_of(path) is not None:
-        raise TypeError(
-            "receipts.transaction takes the path of an SQLite file that is not a "
-            f"queue's, got {path!r}; for a queue's database use store.transaction()"
+    if isinstance(tx, Tx):
+        raise ValueError(
+            "create_table is for an SQLite database that is not a queue's; "
+            "Store() creates the receipts table with the queue's schema"
         )
-    engine = engine_for(path, busy_timeout_ms=busy_timeout_ms)
-    runner = Transactions(
-        engine,
-        SystemClock(),
-        server_clock=False,
-        busy_retry_seconds=BUSY_RETRY_SECONDS,
-        probe=None,
-        queue=None,  # no queue: a ReceiptHandler does not run here
-    )
-    try:
-        with runner.transaction() as tx:
-            tx.ops.create_receipts(tx.conn)
-            yield tx
-    finally:
-        runner.close()
+    view = _open_transaction(tx)
+    view.ops.create_receipts(view.conn)
 
 
 def record(
-    tx: Tx,
+    tx: Transaction,
     tenant: str,
     operation: str,
     payload: Any,
@@ -159,7 +135,7 @@ def record(
 
 
 def _record(
-    tx: Tx,
+    tx: Transaction,
     scope: str,
     tenant: str,
     operation: str,
@@ -197,19 +173,19 @@ def _record(
 
 
 def lookup(
-    tx: Tx, tenant: str, operation: str, *, scope: str | None = None
+    conn: Transaction, tenant: str, operation: str, *, scope: str | None = None
 ) -> Receipt | None:
     """The receipt of (``scope``, ``tenant``, ``operation``), or None (also if no table exists yet)."""
     scope = _check_scope(scope)
-    view = _view(tx)
+    view = _view(conn)
     if not _table_exists(view):
         return None
     return _lookup(view, scope, tenant, operation)
 
 
-def all_receipts(tx: Tx) -> list[Receipt]:
+def all_receipts(conn: Transaction) -> list[Receipt]:
     """Every stored receipt, by scope, tenant and operation (empty if no table exists yet)."""
-    view = _view(tx)
+    view = _view(conn)
     if not _table_exists(view):
         return []
     return [Receipt(*row) for row in view.ops.receipts(view.conn)]
@@ -263,18 +239,14 @@ class ReceiptHandler:
     def __call__(self, tx: Tx, message: Message) -> None:
         payload = message.payload_object
         tenant, operation = self.key(payload)
-        queue = tx.queue
-        if queue is None:
-            raise TypeError("a ReceiptHandler runs in a queue's completion, not in "
-                            "receipts.transaction()")
-        scope = queue if self.scope is None else self.scope
+        scope = tx.queue if self.scope is None else self.scope
 
         def write_effect() -> str:
             self.handler(tx, message)
             return message.event_id
 
         try:
-            recorded = _record(tx, scope, tenant, operation, payload, write_effect, queue)
+            recorded = _record(tx, scope, tenant, operation, payload, write_effect, tx.queue)
         # retrying cannot change the key or the stored receipt
         except ReceiptError as refusal:
             raise PermanentFailure(refusal.code, refusal.message) from None
@@ -305,25 +277,22 @@ def _table_exists(view: Tx) -> bool:
     return view.ops.table_exists(view.conn, "receipts")  # readers must not create it
 
 
-def _view(tx: Tx) -> Tx:
-    """The caller's transaction, which must be a queue transaction (``Tx``)."""
-    if not isinstance(tx, Tx):
-        raise TypeError(
-            "receipts take a queue transaction (Tx): store.transaction(), or "
-            "receipts.transaction(path) for an SQLite file that is not a queue's; "
-            f"got {type(tx).__name__}"
-        )
-    return tx
+def _view(tx: Transaction) -> Tx:
+    """The caller's transaction as a ``Tx``: a plain sqlite3 connection gets one."""
+    if isinstance(tx, Tx):
+        return tx
+    # your own database's connection: the engine of its kind, or TypeError
+    return Tx(tx, adopt(tx), SystemClock())
 
 
-def _open_transaction(tx: Tx) -> Tx:
+def _open_transaction(tx: Transaction) -> Tx:
     view = _view(tx)
     if not view.conn.in_transaction:
         # Outside a transaction each statement would commit alone, and a
         # receipt could outlive a failed effect (or the reverse).
         raise ValueError(
             "receipts are written inside the caller's transaction: "
-            "use store.transaction() or receipts.transaction(path)"
+            "BEGIN (IMMEDIATE) first, or use store.transaction()"
         )
     return view
 

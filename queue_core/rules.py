@@ -1,21 +1,27 @@
-"""The protocol's numbers and rules: defaults, limits, backoff, the named steps
-where a probe is called, the handler's shape, and the checks of every
-operation's arguments.
+"""The protocol's numbers and rules: defaults, limits, backoff, lease deadlines,
+the named steps where a probe is called, what a handler's exception records,
+and the checks of every operation's arguments.
 
 Plain functions and constants: the store and its completions share them, and
-a reader can find every number the protocol lives by in one place. What a
-message goes through (its lease's deadline, what a failure records, retry or
-dead) is ``lifecycle.py``.
+a reader can find every number the protocol lives by in one place.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
+from .clock import lease_deadline as lease_deadline  # re-exported: one of the rules
 from .clock import MAX_SECONDS
-from .errors import InvalidTime
+from .errors import (
+    HandlerFailure,
+    InvalidTime,
+    PermanentFailure,
+    StatementFailed,
+    TemporaryFailure,
+)
 from .values import Lease, Message
 
 if TYPE_CHECKING:
@@ -29,10 +35,13 @@ MAX_ATTEMPTS: Final = 3
 # at most 100 claims per cycle: past the cap, each further claim only waits the
 # cap again, so a longer budget is a loop, not a retry
 MAX_ATTEMPTS_LIMIT: Final = 100
-# After the engine's own wait for a lock (its busy timeout: engines.BUSY_TIMEOUT_MS,
-# a store's default), we back off and retry until this much time
-# has passed.
+BUSY_TIMEOUT_MS: Final = 2_000  # SQLite's own wait for the write lock, per attempt
+# then we back off and retry until this much time has passed
 BUSY_RETRY_SECONDS: Final = 60.0
+# last_error of a message whose last lease ran out
+LEASE_EXPIRED: Final = "lease_expired"
+# last_error of a handler that raised something unexpected
+HANDLER_ERROR: Final = "handler_error"
 
 # The named steps of each write operation, where a probe is called: its
 # transaction's own, and those of its statements (a claim chooses and leases in
@@ -42,7 +51,7 @@ _EXTRA_STEPS = {
     "enqueue": ("after_read", "after_insert"),
     "claim": ("after_update",),
     "complete": ("after_read", "after_effect", "after_recheck", "after_update"),
-    "fail": ("after_update",),
+    "fail": ("after_read", "after_update"),
     "redrive": ("after_read", "after_update"),
     "extend": ("after_read", "after_update"),
     "release": ("after_read", "after_update"),
@@ -86,7 +95,7 @@ def backoff_seconds(
     """Delay after a temporary failure of ``attempt`` n: min(cap, base * 2**(n-1)).
 
     Then ``jitter`` (0..1) takes up to that fraction off the delay, by ``draw``
-    (0 <= draw < 1; ``lifecycle.retry_draw`` gives each message's own), so the result
+    (0 <= draw < 1; ``retry_draw`` gives each message's own), so the result
     lies in [delay * (1 - jitter), delay]. A ``retry_after`` the handler
     asked for replaces the policy's delay, within the cap and without jitter.
     """
@@ -101,6 +110,22 @@ def backoff_seconds(
     return delay - math.floor(delay * jitter * draw)
 
 
+def retry_draw(queue: str, event_id: str, generation: int) -> float:
+    """The jitter's draw for one failed attempt, in [0, 1): random-like, yet repeatable.
+
+    A hash of the message and its claim's generation: messages that failed
+    together spread apart, and the same attempt always waits the same time
+    (on every host, in every test, on every page).
+    """
+    digest = hashlib.sha256(f"{queue}\0{event_id}\0{generation}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def retry_after_of(exc: Exception) -> float | None:
+    """The ``retry_after`` a handler's ``TemporaryFailure`` asked for, or None."""
+    return exc.retry_after if isinstance(exc, TemporaryFailure) else None
+
+
 class MessageHandler(Protocol):
     """Writes one message's effect through ``tx``, inside the completion's transaction.
 
@@ -111,6 +136,19 @@ class MessageHandler(Protocol):
     """
 
     def __call__(self, tx: Tx, message: Message) -> object: ...
+
+
+def refusal(exc: Exception) -> tuple[str, str | None, bool]:
+    """What a handler's exception records: (code, detail, permanent).
+
+    A caught failure of one of the handler's statements is a temporary
+    ``statement_failed``; anything unexpected is a ``handler_error``.
+    """
+    if isinstance(exc, HandlerFailure):
+        return exc.code, exc.detail or None, isinstance(exc, PermanentFailure)
+    if isinstance(exc, StatementFailed):
+        return exc.code, exc.message, False
+    return HANDLER_ERROR, f"{type(exc).__name__}: {exc}", False
 
 
 def check_lease_seconds(lease_seconds: object) -> None:

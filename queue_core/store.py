@@ -44,16 +44,18 @@ from .admin import Administering
 from .claims import Claiming
 from .clock import Clock, SystemClock
 from .completion import Completing
-from .engines import BUSY_TIMEOUT_MS, Engine, engine_for
+from .engines import Engine, engine_for
 from .enqueues import Enqueueing
 from .errors import UnknownQueue
-from .lifecycle import HANDLER_ERROR, LEASE_EXPIRED, lease_deadline, refusal
 from .queues import DEFAULT_QUEUE, DEFAULT_SETTINGS, QueueSettings, check_queue_name
 from .reads import Reading
 from .rules import (
     BATCH_OPERATIONS,
     BUSY_RETRY_SECONDS,
+    BUSY_TIMEOUT_MS,
     DEFAULT_LEASE_SECONDS,
+    HANDLER_ERROR,
+    LEASE_EXPIRED,
     MAX_ATTEMPTS,
     MAX_ATTEMPTS_LIMIT,
     MAX_BATCH,
@@ -62,6 +64,8 @@ from .rules import (
     PROBE_POINTS,
     MessageHandler,
     backoff_seconds,
+    lease_deadline,
+    refusal,
 )
 from .scope import Probe, Scope
 from .transactions import Transactions, Tx

@@ -17,19 +17,22 @@ queue's own savepoints, which undo everything after them, lift a doom.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
-from typing import Any, Concatenate, Final, NoReturn, ParamSpec, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Concatenate, Final, NoReturn, ParamSpec, TypeVar
 
 from . import interrupts
-from .clock import Clock
-from .engines import Connection, Engine, Operations, Rows
+from .clock import Clock, lease_deadline
+from .engines import Connection, Engine, Rows
 from .errors import InputError, LeaseLost, StatementFailed, StatementRefused, StorageError
-from .lifecycle import statement_times
+
+if TYPE_CHECKING:
+    from .engines.queries import Operations
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -50,12 +53,10 @@ class Tx:
         clock: Clock,
         *,
         server_clock: bool = False,
-        queue: str | None = "default",
+        queue: str = "default",
     ) -> None:
         self.conn = conn
-        # the store's queue: what a handler's effect may name (None: a database
-        # that is not a queue's, ``receipts.transaction``)
-        self.queue = queue
+        self.queue = queue  # the store's queue: what a handler's effect may name
         self.engine = engine
         self.ops: Operations = engine.ops  # the protocol's operations on this engine
         self.clock = clock
@@ -95,7 +96,12 @@ class Tx:
         """
         if self._server_clock:
             return {"now": None, "until": None, "lease_seconds": lease_seconds}
-        return statement_times(self.instant(), lease_seconds)
+        instant = self.instant()
+        return {
+            "now": math.floor(instant),
+            "until": lease_deadline(instant, lease_seconds),
+            "lease_seconds": lease_seconds,
+        }
 
     def execute(self, sql: str, params: Iterable[Any] | Mapping[str, Any] = ()) -> Rows:
         """Run one statement of yours, with ``?`` placeholders, in this transaction.
@@ -166,19 +172,19 @@ class Tx:
 
     def savepoint(self, name: str) -> None:
         """Open one of the queue's own savepoints (``name`` is the queue's, never a caller's)."""
-        self.engine.savepoint(self.conn, name)
+        self.conn.execute(f"SAVEPOINT {name}")
         self._savepoints.append((name, self._doomed))
 
     def rollback_to(self, name: str) -> None:
         """Undo everything after savepoint ``name``, the doom of it included; it stays open."""
-        self.engine.rollback_to(self.conn, name)
+        self.conn.execute(f"ROLLBACK TO {name}")
         while self._savepoints[-1][0] != name:
             self._savepoints.pop()
         self._doomed = self._savepoints[-1][1]
 
     def release(self, name: str) -> None:
         """Close savepoint ``name``, keeping what came after it."""
-        self.engine.release_savepoint(self.conn, name)
+        self.conn.execute(f"RELEASE {name}")
         while self._savepoints.pop()[0] != name:
             pass
 
@@ -219,10 +225,10 @@ class Transactions:
         server_clock: bool,
         busy_retry_seconds: float,
         probe: Probe | None,
-        queue: str | None,
+        queue: str,
     ) -> None:
         self.engine = engine
-        self.queue = queue  # every statement names it: a store is one queue (None: no queue)
+        self.queue = queue  # every statement names it: a store is one queue
         self.clock = clock
         self.busy_retry_seconds = busy_retry_seconds
         self._server_clock = server_clock
@@ -253,6 +259,35 @@ class Transactions:
         return self._closed
 
     # ------------------------------------------------------------ connections
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """This thread's connection for one transaction; a temporary one when nested.
+
+        A call made while this thread's connection is inside a transaction
+        (e.g. ``status()`` inside ``with store.transaction()``) gets its own
+        short-lived connection, as it would from another client.
+        """
+        if (
+            getattr(self._local, "in_use", False)
+            and not self._closed
+            and os.getpid() == self._pid
+        ):
+            extra = self.engine.connect()
+            try:
+                yield extra
+            finally:
+                self.engine.close(extra, quiet=True)
+            return
+        conn = self._thread_connection()
+        self._local.in_use = True
+        try:
+            yield conn
+        except StorageError as exc:
+            self._discard_unless_usable(conn, exc)
+            raise
+        finally:
+            self._local.in_use = False
 
     def _thread_connection(self) -> Connection:
         """This thread's connection, opened on first use and kept until ``close()``."""
@@ -327,16 +362,75 @@ class Transactions:
         """
         return self.engine.writer_turn(self.busy_retry_seconds)
 
-    def transaction(self) -> AbstractContextManager[Tx]:
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
         """Begin a write transaction ... ``COMMIT``; roll back on any exception.
 
         Use it to run ``*_tx`` operations together with your own writes.
         """
-        return _Transaction(self, None, WRITE)
+        with self._transaction(None) as tx:
+            yield tx
 
-    def snapshot(self) -> AbstractContextManager[Tx]:
+    @contextmanager
+    def _transaction(self, operation: str | None) -> Iterator[Tx]:
+        # The with-block form of _write_once (same steps), for transaction()
+        # and nested calls.
+        probed = operation is not None and self._probe is not None
+        with self._connection() as conn, self.writer_turn():
+            try:
+                self._begin(conn, operation if probed else None)
+                tx = self._tx(conn)
+                yield tx
+                tx.raise_if_doomed()
+                self._commit(conn, operation if probed else None)
+            except BaseException as exc:
+                self._roll_back(conn, exc)
+            if probed:
+                self._at(f"{operation}.after_commit")
+
+    def _begin(self, conn: Connection, probed_operation: str | None) -> None:
+        self.engine.begin_write(conn)
+        if probed_operation:
+            self._at(f"{probed_operation}.after_begin")
+
+    def _commit(self, conn: Connection, probed_operation: str | None) -> None:
+        if probed_operation:
+            self._at(f"{probed_operation}.before_commit")
+        with interrupts.committing():  # never cancelled by the queue's own Ctrl-C
+            conn.execute("COMMIT")
+
+    def _roll_back(self, conn: Connection, exc: BaseException) -> NoReturn:
+        """Undo the open transaction after ``exc`` and raise it.
+
+        A driver's error is raised as its ``StorageError``.
+        """
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except Exception:
+                pass  # the connection is discarded, which rolls back as well
+        self._raise(exc)
+
+    def _raise(self, exc: BaseException) -> NoReturn:
+        """Raise ``exc``; a driver's error as the ``StorageError`` it means."""
+        translated = self.engine.storage_error(exc)
+        if translated is not None:
+            raise translated from exc
+        raise exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Tx]:
         """A read transaction: one consistent view of the queue, no write lock."""
-        return _Transaction(self, None, READ)
+        with self._connection() as conn:
+            try:
+                try:
+                    self.engine.begin_read(conn)
+                    yield self._tx(conn)
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+            except Exception as exc:
+                self._raise(exc)
 
     def read(self, body: Callable[[Tx], T]) -> T:
         """Run ``body(view)`` in one consistent snapshot; wait out a busy database.
@@ -345,7 +439,7 @@ class Transactions:
         """
 
         def once() -> T:
-            with _Transaction(self, None, READ) as view:
+            with self.snapshot() as view:
                 return body(view)
 
         return self._retry_busy(once)
@@ -364,11 +458,42 @@ class Transactions:
         return self._write(None, body)
 
     def _write(self, operation: str | None, body: Callable[[Tx], T]) -> T:
-        def once() -> T:
-            with _Transaction(self, operation, WRITE) as tx:
-                return body(tx)
+        return self._retry_busy(lambda: self._write_once(operation, body))
 
-        return self._retry_busy(once)
+    def _write_once(self, operation: str | None, body: Callable[[Tx], T]) -> T:
+        """One write transaction: begin, ``body(tx)``, ``COMMIT``.
+
+        Any exception rolls back.
+
+        The store's own operations come here; ``transaction()`` does the same
+        for a caller's with-block. Written out rather than built from context
+        managers: this is the hot path.
+        """
+        # nested, e.g. status() inside store.transaction()
+        if getattr(self._local, "in_use", False):
+            with self._transaction(operation) as tx:
+                return body(tx)
+        probed = operation is not None and self._probe is not None
+        conn = self._thread_connection()
+        self._local.in_use = True
+        try:
+            with self.writer_turn():
+                try:
+                    self._begin(conn, operation if probed else None)
+                    tx = self._tx(conn)
+                    result = body(tx)
+                    tx.raise_if_doomed()
+                    self._commit(conn, operation if probed else None)
+                except BaseException as exc:
+                    self._roll_back(conn, exc)
+                if probed:
+                    self._at(f"{operation}.after_commit")
+                return result
+        except StorageError as exc:
+            self._discard_unless_usable(conn, exc)
+            raise
+        finally:
+            self._local.in_use = False
 
     def _alone(self, body: Callable[[Tx], T]) -> T:
         """Run ``body``'s statements each as a transaction of its own (no BEGIN).
@@ -378,19 +503,26 @@ class Transactions:
         inside a transaction of this thread, it gets a transaction of its own,
         as every operation does.
         """
+        if getattr(self._local, "in_use", False):
+            return self._write(None, body)
 
         def once() -> T:
-            with _Transaction(self, None, ALONE) as tx:
-                return body(tx)
+            conn = self._thread_connection()
+            self._local.in_use = True
+            try:
+                with self.writer_turn():
+                    try:
+                        with interrupts.committing():  # the statement commits
+                            return body(self._tx(conn))
+                    except Exception as exc:
+                        self._raise(exc)
+            except StorageError as exc:
+                self._discard_unless_usable(conn, exc)
+                raise
+            finally:
+                self._local.in_use = False
 
         return self._retry_busy(once)
-
-    def _raise(self, exc: BaseException) -> NoReturn:
-        """Raise ``exc``; a driver's error as the ``StorageError`` it means."""
-        translated = self.engine.storage_error(exc)
-        if translated is not None:
-            raise translated from exc
-        raise exc
 
     def _retry_busy(self, attempt: Callable[[], T]) -> T:
         # SQLite's busy handler sleeps and polls, which is unfair under
@@ -405,121 +537,3 @@ class Transactions:
                     raise
             time.sleep(random.uniform(pause / 2, pause))
             pause = min(pause * 2, 0.25)
-
-
-# The kinds of transaction a runner opens (``_Transaction``).
-WRITE: Final = 0  # BEGIN (the engine's write transaction) ... COMMIT
-READ: Final = 1  # one consistent view, ended by ROLLBACK
-ALONE: Final = 2  # no BEGIN: each statement commits by itself
-
-
-class _Transaction:
-    """One transaction of a runner, as a with-block: its body, written once.
-
-    Every way in comes here: ``transaction()`` and ``snapshot()`` give it to
-    the caller's block, ``write``, ``read`` and ``alone`` run an operation's
-    body in it. On entry: this thread's connection (a short-lived one of its
-    own when this thread is already inside a transaction, as from another
-    client), the writers' turn, the engine's BEGIN, the probe's
-    ``after_begin``. On a normal exit: the doom check, ``before_commit``,
-    COMMIT (never cancelled by the queue's own interruptions),
-    ``after_commit``. On an exception: ROLLBACK, and a driver's error raised
-    as the ``StorageError`` it means; after a storage error the connection
-    is closed unless it stays usable. A transaction ``alone`` has no BEGIN:
-    its statement commits by itself, inside ``interrupts.committing()``. A
-    class rather than a generator: this is the hot path.
-    """
-
-    __slots__ = ("_runner", "_operation", "_kind", "_conn", "_extra", "_turn", "_tx")
-
-    def __init__(self, runner: Transactions, operation: str | None, kind: int) -> None:
-        self._runner = runner
-        # the probe's steps are named after the operation, where there is a probe
-        self._operation = operation if runner._probe is not None else None
-        self._kind = kind
-        self._extra = False  # a short-lived connection of its own, closed at the end
-        self._turn: AbstractContextManager[None] | None = None  # entered: exit it
-
-    def __enter__(self) -> Tx:
-        runner = self._runner
-        local = runner._local
-        if getattr(local, "in_use", False) and not runner._closed and os.getpid() == runner._pid:
-            # nested (e.g. status() inside store.transaction()): a connection of
-            # its own, and a statement alone gets a transaction, as every operation does
-            self._conn = conn = runner.engine.connect()
-            self._extra = True
-            if self._kind == ALONE:
-                self._kind = WRITE
-        else:
-            self._conn = conn = runner._thread_connection()
-            local.in_use = True
-        try:
-            if self._kind != READ:
-                turn = runner.writer_turn()
-                turn.__enter__()
-                self._turn = turn
-            if self._kind == WRITE:
-                runner.engine.begin_write(conn)
-                if self._operation is not None:
-                    runner._at(f"{self._operation}.after_begin")
-            elif self._kind == READ:
-                runner.engine.begin_read(conn)
-            else:
-                interrupts.committing().__enter__()  # the statement commits by itself
-            self._tx = tx = runner._tx(conn)
-            return tx
-        except BaseException as exc:
-            self._end(exc)
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        if self._kind == WRITE:
-            if exc is None:
-                try:
-                    self._tx.raise_if_doomed()
-                    if self._operation is not None:
-                        self._runner._at(f"{self._operation}.before_commit")
-                    with interrupts.committing():  # never cancelled by the queue's own Ctrl-C
-                        self._runner.engine.commit(self._conn)
-                except BaseException as failed:
-                    exc = failed
-        elif self._kind == ALONE:
-            try:
-                interrupts.committing().__exit__(None, None, None)
-            except BaseException as held:  # an interruption that waited for the statement
-                exc = held
-        self._end(exc)
-        if self._operation is not None:
-            self._runner._at(f"{self._operation}.after_commit")
-
-    def _end(self, exc: BaseException | None) -> None:
-        """Roll back after ``exc`` (or end a read), give back the turn and the connection.
-
-        Then raise ``exc``, a driver's error as the ``StorageError`` it means.
-        """
-        runner, conn = self._runner, self._conn
-        try:
-            try:
-                if (exc is not None or self._kind == READ) and conn.in_transaction:
-                    try:
-                        runner.engine.rollback(conn)
-                    except Exception as failed:
-                        # after an error the connection is discarded, which rolls
-                        # back as well; a read's own ROLLBACK that failed is raised
-                        exc = failed if exc is None else exc
-            finally:
-                if self._turn is not None:
-                    self._turn.__exit__(None, None, None)
-            if exc is not None:
-                runner._raise(exc)
-        except StorageError as failed:
-            if not self._extra:
-                runner._discard_unless_usable(conn, failed)
-            raise
-        finally:
-            if self._extra:
-                runner.engine.close(conn, quiet=True)
-            else:
-                runner._local.in_use = False

@@ -37,8 +37,15 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 from . import interrupts
 from .errors import LeaseLost, StorageError
 from .handlers import check_handler_shape
-from .lifecycle import failure_of
-from .rules import MAX_BATCH, MessageHandler, check_handler, check_lease_seconds
+from .rules import (
+    DEFAULT_LEASE_SECONDS,
+    MAX_BATCH,
+    MessageHandler,
+    check_handler,
+    check_lease_seconds,
+    refusal,
+    retry_after_of,
+)
 from .store import Store
 from .transactions import Tx
 from .values import Claimed, Lease, Message, Outcome
@@ -583,14 +590,11 @@ def _prepare_and_complete(
 
 def _refuse(store: Store, lease: Lease, exc: Exception) -> Outcome:
     """Record a long step's refusal (or crash), as ``complete`` records a handler's."""
-    failure = failure_of(exc)
+    code, detail, permanent = refusal(exc)
+    after = retry_after_of(exc)
     try:
         return store.fail(
-            lease,
-            failure.code,
-            permanent=failure.permanent,
-            detail=failure.detail,
-            retry_after=failure.retry_after,
+            lease, code, permanent=permanent, detail=detail, retry_after=after
         ).outcome
     except LeaseLost:
         return Outcome.LEASE_LOST

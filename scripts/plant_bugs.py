@@ -86,15 +86,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a release no longer checks the lease: a stale lease gives the message back",
     ),
     Mutation(
-        "fail_unfenced", C,
-        (("        moved = tx.ops.fail(\n",
-          "        now_row = tx.ops.lease_locked(tx.conn, scope.queue, lease.event_id)\n"
-          "        if now_row is not None:  # planted: recorded as whatever lease is current\n"
-          "            lease = Lease(lease.event_id, now_row[0].generation, lease.attempt,\n"
-          "                          lease.lease_until, now_row[1])\n"
-          "        moved = tx.ops.fail(\n"),),
-        "a failure's move is no longer fenced by its lease: fail (and a refusal) of a "
-        "stale lease is recorded",
+        "fail_unfenced", C, (_NO_FENCED_READ,),
+        "the fenced read is skipped: fail (and a refusal) of a stale lease is recorded",
     ),
     Mutation(
         "complete_unfenced", C,
@@ -204,15 +197,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "release_spends_attempt", S,
-        (("  attempts     = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END",
-          "  attempts     = attempts"),),
+        (("  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END",
+          "  attempts    = attempts"),),
         "a release counts the claim that it gives back as an attempt",
     ),
     Mutation(
         "release_loses_place", S,
-        (("  available_at = CASE :move WHEN 'retry' THEN :available_at ELSE available_at END",
-          "  available_at = CASE :move WHEN 'retry' THEN :available_at\n"
-          "                 ELSE available_at + (:move = 'release') END"),),
+        (("  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END",
+          "  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END,\n"
+          "  available_at = available_at + (:move = 'release')"),),
         "a released message goes behind the others in the claim order",
     ),
     Mutation(

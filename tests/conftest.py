@@ -44,10 +44,6 @@ def store(request: pytest.FixtureRequest, engine: str, tmp_path: Path, clock: Mo
     target: str | Path = request.getfixturevalue("db") if "db" in request.fixturenames else tmp_path / "queue.sqlite3"
     if engine == "postgresql":
         target = request.getfixturevalue("postgres_url")
-    elif engine == "sqlite-renamed":  # the third engine of tests/conformance/renamed_engine.py
-        from .conformance.renamed_engine import url
-
-        target = url(Path(target))
     with Store(target, clock=clock) as queue:
         ledger.install(queue)
         yield queue

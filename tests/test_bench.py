@@ -173,30 +173,3 @@ def test_the_postgres_peers_complete_every_job_once() -> None:
     assert set(result["jobs_per_second"]) == {"procrastinate one at a time", "procrastinate concurrency 16",
                                                "pgqueuer one at a time", "pgqueuer batch 256"}
     assert all(rate > 0 for rate in result["jobs_per_second"].values())
-
-
-CPU_SCRIPT = BENCH.parent / "cpu_per_message.py"
-
-
-def test_cpu_per_message_measures_two_checkouts_in_alternating_rounds(tmp_path: Path) -> None:
-    # a committed revision (extracted with git archive) beside the work tree, each its own code
-    proc = subprocess.run([sys.executable, str(CPU_SCRIPT), "--rev", "HEAD", "--rev", ".", "--messages", "40",
-                           "--rounds", "2", "--tmp", str(tmp_path), "--json"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)
-    assert [row["checkout"] for row in rows] == ["HEAD", "."]
-    for row in rows:
-        assert row["messages"] == 40 and len(row["every_round_us"]) == 2
-        # 40 messages: the start-up's own noise may exceed their cost, so net may even be below 0
-        assert row["net_us_per_message"] < row["cpu_us_per_message"] == min(row["every_round_us"])
-        assert row["start_ms"] > 0
-    assert list(tmp_path.iterdir()) == []  # its databases and extracted checkouts are gone
-
-
-def test_cpu_per_message_refuses_a_folder_that_is_not_a_checkout(tmp_path: Path) -> None:
-    # negative control: a folder without queue_core would silently measure the installed package
-    proc = subprocess.run([sys.executable, str(CPU_SCRIPT), "--checkout", str(tmp_path), "--messages", "10",
-                           "--rounds", "1", "--tmp", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode != 0 and "not the checkout's" in proc.stderr

@@ -6,8 +6,8 @@ finds them:
 * a ``code="..."`` keyword in any call (``raise WrongPath(..., code="no_database")``);
 * a class's ``code = "..."`` (the default code of an error class);
 * the first argument of ``_Reject``, ``BatchRejected``, ``PermanentFailure``,
-  ``TemporaryFailure``, ``HandlerFailure`` and the lifecycle's ``Failure``, as
-  a string or a module constant;
+  ``TemporaryFailure`` and ``HandlerFailure``, and the third of the store's
+  ``_refuse``, as a string or a module constant;
 * every module-level ``NAME: Final = "snake_case"`` constant (the codes the
   store and the applications write into ``last_error``);
 * the code tables: ``sqlite_engine.ERROR_CODES`` and the table of ``envelope``'s
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference" / "codes.md"
 PACKAGE = Path(queue_core.__file__).resolve().parent
 SNAKE = re.compile(r"[a-z]+(?:_[a-z0-9]+)+|[a-z]+")
-CODE_FIRST = {"_Reject", "BatchRejected", "PermanentFailure", "TemporaryFailure", "HandlerFailure", "Failure"}
+CODE_FIRST = {"_Reject", "BatchRejected", "PermanentFailure", "TemporaryFailure", "HandlerFailure"}
 # a Final snake_case constant that is not a code: name -> why
 NOT_CODES: dict[str, str] = {"DEFAULT_QUEUE": "the name of the queue every database has"}
 
@@ -79,6 +79,8 @@ def codes_in_source() -> dict[str, set[str]]:
                         add(value(keyword.value), f"{name}:{node.lineno} code=")
                 if _called(node) in CODE_FIRST and node.args:
                     add(value(node.args[0]), f"{name}:{node.lineno} {_called(node)}")
+                if _called(node) == "_refuse" and len(node.args) > 2:
+                    add(value(node.args[2]), f"{name}:{node.lineno} _refuse")
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:
                     target = (item.targets[0] if isinstance(item, ast.Assign) else

@@ -44,12 +44,8 @@ def test_every_committed_case_is_drawn_with_its_death_on_its_path() -> None:
         # (after COMMIT) is the last point of its path, any other comes before it
         assert (row["after_crash"] == matrix.COMMITTED) == (case.died == len(case.path) - 1
                                                              and point == "after_commit")
-    # every probe point is on some path, and each case's path is its scenario's; a record made
-    # for other code (the lead remakes the records once, for the final code) covers that code's
-    # points, each of which its rows name
-    points = set(PROBE_POINTS) if records.load_committed("crash-matrix").for_this_code \
-        else {row["point"] for row in rows}
-    assert {full(c.operation, p) for c in cases for p in c.path} == points
+    # every probe point is on some path, and each case's path is its scenario's
+    assert {full(c.operation, p) for c in cases for p in c.path} == set(PROBE_POINTS)
     assert len({(c.scenario, c.path) for c in cases}) == len(matrix.SCENARIOS)
     drawn = crash_list(cases)
     assert drawn.count('class="qc-evidence__item"') == len(cases)

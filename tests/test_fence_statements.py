@@ -2,14 +2,10 @@
 
 Each engine writes the fence (the lease's generation, its claim token,
 ``leased``, before the deadline) in one named statement, ``fenced_move``,
-which acknowledges, releases, extends, and records a failure as a retry or a
-death (``lifecycle.MOVES``). These tests hold that it is the only statement
-that writes a leased row back to done, ready or dead or moves a lease's
+which acknowledges, releases and extends. These tests hold that it is the only
+statement that writes a leased row back to done or ready or moves a lease's
 deadline, that its condition has the four parts on both engines, and that a
-fence missing a part lets a stale lease through (the negative control). The
-rules beside it are written once too: a claim decides "spent" (dead instead of
-leased) in one expression, and PostgreSQL's clock of a statement is migration
-11's functions, not an expression repeated in each statement.
+fence missing a part lets a stale lease through (the negative control).
 """
 
 from __future__ import annotations
@@ -51,31 +47,6 @@ def test_the_fence_is_one_statement_with_four_parts(engine: object) -> None:
     assert others == [], others
 
 
-@pytest.mark.parametrize("engine", [sqlite, postgres], ids=["sqlite", "postgresql"])
-def test_every_move_of_the_lifecycle_is_a_move_of_the_fence(engine: object) -> None:
-    from queue_core.lifecycle import MOVES
-
-    fenced = engine.OPERATIONS.sql("fenced_move")  # type: ignore[attr-defined]
-    for move in MOVES:
-        assert f"'{move}'" in fenced, move
-    # a failure is no longer a write of its own, after an earlier locked read
-    assert not {"fail_dead", "fail_retry"} & set(engine.OPERATIONS.queries)  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize("engine", [sqlite, postgres], ids=["sqlite", "postgresql"])
-def test_a_claim_decides_spent_once(engine: object) -> None:
-    claim = engine.OPERATIONS.sql("claim_messages")  # type: ignore[attr-defined]
-    assert len(re.findall(r"attempts >= \S*max_attempts", claim)) == 1, claim
-    assert claim.count("chosen.spent") == 8  # each column the claim writes reads the one decision
-
-
-def test_the_postgres_statements_read_the_server_clock_through_migration_11() -> None:
-    texts = "\n".join(query.sql for query in postgres.OPERATIONS.queries.values())
-    assert "statement_timestamp" not in texts and "floor(" not in texts and "ceil(" not in texts
-    assert "queue_core_now(" in texts and "queue_core_deadline(" in texts
-    assert "CREATE FUNCTION queue_core_now" in postgres.MIGRATIONS[11]
-
-
 def _stale_lease_moves(sql: str, path: Path) -> int:
     """How many rows ``sql`` (a fenced_move) ACKs for a lease whose generation is stale."""
     with Store(path, clock=ModelClock(1000)) as store:
@@ -87,9 +58,8 @@ def _stale_lease_moves(sql: str, path: Path) -> int:
             # the lease ran out and another worker claimed it: generation 2
             conn.execute("UPDATE messages SET generation = generation + 1, lease_until = 2000")
             leases = json.dumps([[first.event_id, first.generation, first.token]])
-            return conn.execute(sql, {"move": "ack", "now": 1001, "until": None, "queue": "default",
-                                      "leases": leases, "code": None, "detail": None,
-                                      "available_at": None}).rowcount
+            return conn.execute(sql, {"move": "ack", "now": 1001, "until": None,
+                                      "queue": "default", "leases": leases}).rowcount
         finally:
             conn.close()
 

@@ -433,7 +433,7 @@ def test_the_ledgers_effects_move_only_because_its_line_is_registered(
     # like any other that references messages, and stops the migration.
     path = make_v3(tmp_path / "v3.sqlite3")
     before = fingerprint(path)
-    monkeypatch.setattr(engines.lines, "LINES", {})
+    monkeypatch.setattr(engines, "LINES", {})
     with pytest.raises(WrongPath) as blocked:
         Store(path, clock=ModelClock(1000))
     assert blocked.value.code == "migration_blocked" and "table effects" in blocked.value.message
@@ -498,7 +498,7 @@ def test_a_version_4_file_gets_lease_tokens_and_its_leases_still_complete(tmp_pa
 
 
 def test_the_receipts_table_of_another_database_is_migration_10s() -> None:
-    """receipts.transaction runs the engine's receipts_create: the very table migration 10 makes."""
+    """receipts.create_table runs the engine's receipts_create: the very table migration 10 makes."""
     created = [s for s in sqlite_engine.sql_statements(sqlite_engine.MIGRATIONS[10])
                if "CREATE TABLE receipts_scoped" in s]
     assert len(created) == 1

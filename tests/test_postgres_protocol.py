@@ -269,9 +269,8 @@ def test_receipts_work_there_and_a_repeated_operation_makes_one_effect(store: St
     assert (summary.claimed, summary.done) == (3, 3)
     assert ledger.effects(store) == [("E0001", "book", 500), ("E0003", "book", 500)]
     assert [(r.operation, r.effect) for r in receipts.stored(store)] == [("op-1", "E0001"), ("op-2", "E0003")]
-    with pytest.raises(TypeError, match="for a queue's database use store.transaction"):
-        with receipts.transaction(store.target):  # an SQLite file that is not a queue's, only
-            pass
+    with pytest.raises(ValueError, match="create_table is for an SQLite database"):
+        store.write(receipts.create_table)
 
 
 def test_two_workers_completing_one_operation_at_once_make_one_effect(url: str, clock: ModelClock) -> None:
@@ -467,7 +466,7 @@ def test_the_ledgers_effects_move_only_because_its_line_is_registered(
     from queue_core import engines
 
     make_v3(url)
-    monkeypatch.setattr(engines.lines, "LINES", {})  # the engine knows no ledger
+    monkeypatch.setattr(engines, "LINES", {})  # the engine knows no ledger
     with pytest.raises(StorageError) as blocked:
         Store(url, clock=clock, create=False)
     assert blocked.value.code == "migration_blocked" and "table effects" in blocked.value.message

@@ -4,7 +4,7 @@ Part of the reference application, since ``queue-core demo`` shows a real
 crash with it; also used by the crash tests, the crash matrix
 (``proof.matrix``) and your own experiments:
 ``python -m queue_core.app.crash_child OPERATION DB ...`` opens the database with
-a probe that dies at one point, runs one write operation (enqueue,
+a ``FaultPlan`` probe armed at one point, runs one write operation (enqueue,
 claim, complete, fail, redrive, or a batch: claim_many, complete_many) and
 dies there with ``os._exit(CODE)`` (no ``finally``, no ROLLBACK, no COMMIT) or
 with SIGKILL. It is not part of the ``queue-core`` CLI, so no user reaches it
@@ -64,9 +64,9 @@ from ..store import (
     DEFAULT_LEASE_SECONDS,
     OPERATIONS,
     PROBE_POINTS,
-    Probe,
     Store,
 )
+from ..testing.faults import FaultPlan, Tracer
 from ..values import Lease
 from .ledger import Handler, has_effect
 
@@ -338,18 +338,16 @@ def _die(how: str) -> None:
     os._exit(CRASH_EXIT_CODE)
 
 
-def _crash_at(point: str, hit: int, how: str) -> Probe:
-    """The store's probe that kills this process the ``hit``-th time it reaches ``point``."""
+def _plan(point: str, hit: int, how: str) -> FaultPlan:
     reached = 0
 
-    def probe(at: str) -> None:
+    def action() -> None:
         nonlocal reached
-        if at == point:
-            reached += 1
-            if reached == hit:
-                _die(how)
+        reached += 1
+        if reached == hit:
+            _die(how)
 
-    return probe
+    return FaultPlan().arm(point, action)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -445,10 +443,10 @@ def _handler(categories: Sequence[str], receipts: bool) -> Handler | ReceiptHand
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    reached: list[str] = []  # with --trace: every point, in order
-    probe: Probe
+    tracer = Tracer()
+    probe: Tracer | FaultPlan
     if args.trace:
-        probe = reached.append
+        probe = tracer
     elif args.point not in points_of(args.operation):
         print(
             f"{args.point!r} is not a fault point of {args.operation}", file=sys.stderr
@@ -458,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--hit must be 1 or more", file=sys.stderr)
         return 2
     else:
-        probe = _crash_at(args.point, args.hit, args.how)
+        probe = _plan(args.point, args.hit, args.how)
     try:
         # Closed at the end of a run that did not die; a child that dies leaves its
         # connection (and its uncheckpointed WAL) behind, as a crashed process does.
@@ -476,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.trace:
         mine = points_of(args.operation)
-        print("\n".join(point for point in reached if point in mine))
+        print("\n".join(point for point in tracer.reached if point in mine))
         return 0
     return NOT_REACHED_EXIT_CODE  # reached only if the fault point was never hit
 

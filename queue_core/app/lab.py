@@ -99,14 +99,15 @@ class Step:
 
 @contextmanager
 def _transaction(path: Path) -> Iterator[sqlite3.Connection]:
-    """The broker's transaction: BEGIN IMMEDIATE on a fresh connection; sqlite3 ends it.
-
-    The model broker is someone else's system, in a plain sqlite3 file: its
-    connection commits at the block's end and rolls back on any exception.
-    """
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn, conn:
+    """BEGIN IMMEDIATE ... COMMIT on a fresh connection; ROLLBACK on any exception."""
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")
-        yield conn
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
 
 class Broker:
@@ -166,33 +167,32 @@ class Broker:
 
 
 class App:
-    """The application's database: the ledger (the effect) and its receipts.
-
-    Not a queue's database: each step is ``receipts.transaction``, which made
-    the receipts table beside the ledger the first time.
-    """
+    """The application's database: the ledger (the effect) and its receipts."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with receipts.transaction(path) as tx:
-            tx.execute(_APP_SCHEMA)
+        with closing(sqlite3.connect(path)) as conn:
+            conn.executescript(_APP_SCHEMA)
+        with _transaction(path) as conn:
+            # not a queue database: the receipts table is created here
+            receipts.create_table(conn)
 
     def charge(self, *, with_receipt: bool) -> str:
         """Write the charge in one transaction (with a receipt or not); report it."""
-        with receipts.transaction(self.path) as tx:
+        with _transaction(self.path) as conn:
 
             def write_effect() -> str:
-                cursor = tx.execute(
+                cursor = conn.execute(
                     "INSERT INTO ledger (tenant, operation, amount_cents) "
-                    "VALUES (?, ?, ?) RETURNING id",
+                    "VALUES (?, ?, ?)",
                     (TENANT, OPERATION, PAYLOAD["amount_cents"]),
                 )
-                return f"ledger/{cursor.fetchone()[0]}"
+                return f"ledger/{cursor.lastrowid}"
 
             if not with_receipt:
                 return f"writes the effect ({write_effect()}), no receipt"
             recorded = receipts.record(
-                tx, TENANT, OPERATION, PAYLOAD, write_effect, scope=SCOPE
+                conn, TENANT, OPERATION, PAYLOAD, write_effect, scope=SCOPE
             )
             if recorded.reused:
                 return (
@@ -205,9 +205,9 @@ class App:
             )
 
     def counts(self) -> tuple[int, int]:
-        with receipts.transaction(self.path) as tx:
-            effects = tx.execute("SELECT count(*) FROM ledger").fetchone()[0]
-            return int(effects), len(receipts.all_receipts(tx))
+        with closing(sqlite3.connect(self.path)) as conn:
+            effects = conn.execute("SELECT count(*) FROM ledger").fetchone()[0]
+            return effects, len(receipts.all_receipts(conn))
 
 
 class _Story:

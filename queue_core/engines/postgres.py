@@ -26,22 +26,23 @@ from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from ..errors import StatementRefused, StorageError, WrongPath
-from .base import (
+from . import (
     APPLICATION_ID,
+    REKEYED,
     Connection,
-    SqlTransactions,
+    MigrationLine,
+    core_steps,
+    install_line,
+    lines_moving,
     migrations,
     needs_migration,
     refuse_write,
-    schema_too_new,
 )
 from .caller_statements import after_comments, check_caller_statement
-from .lines import MigrationLine, install_line
-from .migrate import migrate
-from .queries import NamedQueries, load
+from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("postgres_migrations")
-OPERATIONS: Final = NamedQueries(load(__package__, "postgres_queries.sql"))
+OPERATIONS: Final = Operations(load(__package__, "postgres_queries.sql"))
 SCHEMA_VERSION: Final = max(MIGRATIONS)
 # A dead link raises connection_lost within about a minute, not never; a URL's own win.
 CONNECT_DEFAULTS: Final = {
@@ -133,10 +134,6 @@ class Rows:
     @property
     def rowcount(self) -> int:
         return -1 if self._cursor is None else self._answered().rowcount
-
-    @property
-    def description(self) -> Any:
-        return None if self._cursor is None else self._answered().description
 
     def fetchone(self) -> Any:
         if self._cursor is None or self._answered().description is None:
@@ -268,12 +265,8 @@ class PostgresConnection:
         self.raw.close()
 
 
-class PostgresEngine(SqlTransactions):
-    """One PostgreSQL database: row locks instead of turns, the server's clock.
-
-    Its transactions end as ``SqlTransactions`` ends them (a BEGIN that waits
-    for its first statement ends with nothing sent: ``PostgresConnection``).
-    """
+class PostgresEngine:
+    """One PostgreSQL database: row locks instead of turns, the server's clock."""
 
     name: Final = "postgresql"
     ops: Final = OPERATIONS
@@ -314,45 +307,50 @@ class PostgresEngine(SqlTransactions):
 
     def _refuse_newer(self, found: int) -> None:
         if found > SCHEMA_VERSION:
-            raise schema_too_new(self.where, found, SCHEMA_VERSION)
+            raise WrongPath(
+                f"{self.where} has schema version {found}; "
+                f"this queue_core knows up to {SCHEMA_VERSION}",
+                code="schema_too_new",
+            )
 
     def _migrate(self, conn: Connection) -> None:
-        """Create the queue's tables, or move an older version forward (``migrate.migrate``).
+        """Create the queue's tables, or move an older version forward: one transaction.
 
         Under the schema's own advisory lock the database is looked at again
         (a second client may have created or moved it meanwhile).
         """
-        migrate(self, conn, MIGRATIONS)
-
-    # -------------------------------------- its part of the migration (migrate.Schema)
-
-    def begin_migration(self, conn: Connection) -> None:
         conn.execute("BEGIN")
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (APPLICATION_ID,))
-
-    def schema_version(self, conn: Connection) -> int:
-        return schema_version(conn)
-
-    def check_before(self, conn: Connection, found: int) -> None:
-        if found == 0 and table_exists(conn, "messages"):
-            raise WrongPath(
-                f"{self.where} has a messages table that is not a queue's; "
-                "use another database or schema",
-                code="not_a_queue_database",
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (APPLICATION_ID,))
+            found = schema_version(conn)
+            self._refuse_newer(found)
+            if found == 0 and table_exists(conn, "messages"):
+                raise WrongPath(
+                    f"{self.where} has a messages table that is not a queue's; "
+                    "use another database or schema",
+                    code="not_a_queue_database",
+                )
+            moving = (lines_moving(self.where, self.name, self._referencing_messages(conn), REKEYED)
+                      if 0 < found < REKEYED else [])
+            for target, text in MIGRATIONS.items():
+                if target > found:
+                    for script in (core_steps(moving, self.name, target, "before"), text,
+                                   core_steps(moving, self.name, target, "after")):
+                        if script:
+                            self.run_script(conn, script)
+            conn.execute(
+                "INSERT INTO queue_core_schema (application_id, version) "
+                "VALUES (%s, %s) ON CONFLICT (singleton) "
+                "DO UPDATE SET version = EXCLUDED.version",
+                (APPLICATION_ID, SCHEMA_VERSION),
             )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
-    def check_after(self, conn: Connection) -> None:
-        pass  # PostgreSQL checks every foreign key as the statements run
-
-    def record_version(self, conn: Connection, found: int, version: int) -> None:
-        conn.execute(
-            "INSERT INTO queue_core_schema (application_id, version) "
-            "VALUES (%s, %s) ON CONFLICT (singleton) "
-            "DO UPDATE SET version = EXCLUDED.version",
-            (APPLICATION_ID, version),
-        )
-
-    def referencing_messages(self, conn: Connection) -> list[str]:
+    def _referencing_messages(self, conn: Connection) -> list[str]:
         """The tables whose foreign keys reference ``messages``.
 
         Version 4 keys a message by (queue, event_id), and the old key cannot

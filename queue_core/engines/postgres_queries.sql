@@ -5,8 +5,8 @@
 -- rows another transaction holds; a completion, failure or redrive locks its
 -- message's row before it checks it.
 -- now and until: given by the store's clock, or NULL to read the server's
--- (queue_core_now, queue_core_deadline: migration 11, the clock of a
--- statement written once; lifecycle.lease_deadline for the store's clock).
+-- (statement_timestamp(): one reading for the whole statement); until is a new
+-- lease's end, rounded up, plus the lease (rules.lease_deadline).
 
 -- name: enqueue_turn
 -- Enqueues take turns on an advisory lock (the application id plus one), so that
@@ -19,7 +19,7 @@ SELECT pg_advisory_xact_lock(hashtext(%(scope)s || '/' || %(tenant)s), hashtext(
 
 -- name: server_time
 -- The server's clock in seconds, with its fraction: one clock for every host.
-SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) AS seconds;
+SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION);
 
 -- name: enqueue_find
 -- The stored events among a batch's ids (ids, a JSON array), pruned or not.
@@ -36,84 +36,84 @@ FROM json_array_elements(CAST(%(events)s AS JSON)) AS event;
 
 -- name: claim_messages
 -- The worker's claim: chooses and leases up to wanted messages and returns them,
--- in one statement; a candidate whose last lease ran out goes to dead instead
--- (spent: its attempts reached max_attempts, the rule of lifecycle.ends_cycle).
+-- in one statement; a candidate whose last lease ran out goes to dead instead.
 -- Among the available, the highest priority first, then the oldest.
 -- a locking WITH runs once (an IN subquery may be rescanned by a nested loop,
 -- locking and taking further rows)
 WITH chosen AS (
-  SELECT event_id AS chosen_id, attempts >= %(max_attempts)s AS spent FROM messages
+  SELECT event_id FROM messages
   WHERE queue = %(queue)s AND state IN ('ready', 'leased')
-    AND available_at <= queue_core_now(%(now)s)
-    AND (state = 'ready' OR lease_until <= queue_core_now(%(now)s))
+    AND available_at <= coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT))
+    AND (state = 'ready' OR lease_until <= coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT)))
   ORDER BY priority DESC, available_at, event_id
   LIMIT %(wanted)s
   FOR UPDATE SKIP LOCKED)
 UPDATE messages SET
-  state = CASE WHEN chosen.spent THEN 'dead' ELSE 'leased' END,
-  attempts = CASE WHEN chosen.spent THEN attempts ELSE attempts + 1 END,
-  generation = CASE WHEN chosen.spent THEN generation ELSE generation + 1 END,
-  lease_until = CASE WHEN chosen.spent THEN NULL
-    ELSE queue_core_deadline(%(until)s, %(lease_seconds)s) END,
-  lease_token = CASE WHEN chosen.spent THEN lease_token ELSE %(token)s END,
-  last_error = CASE WHEN chosen.spent THEN %(lease_expired)s ELSE last_error END,
-  last_detail = CASE WHEN chosen.spent
+  state = CASE WHEN attempts >= %(max_attempts)s THEN 'dead' ELSE 'leased' END,
+  attempts = CASE WHEN attempts >= %(max_attempts)s THEN attempts ELSE attempts + 1 END,
+  generation = CASE WHEN attempts >= %(max_attempts)s THEN generation ELSE generation + 1 END,
+  lease_until = CASE WHEN attempts >= %(max_attempts)s THEN NULL ELSE coalesce(CAST(%(until)s AS BIGINT), CAST(ceil(extract(epoch FROM statement_timestamp())) AS BIGINT) + %(lease_seconds)s) END,
+  lease_token = CASE WHEN attempts >= %(max_attempts)s THEN lease_token ELSE %(token)s END,
+  last_error = CASE WHEN attempts >= %(max_attempts)s THEN %(lease_expired)s ELSE last_error END,
+  last_detail = CASE WHEN attempts >= %(max_attempts)s
     THEN 'the lease of claim ' || CAST(attempts AS TEXT)
          || ' of ' || CAST(%(max_attempts)s AS TEXT) || ' ended at '
          || coalesce(CAST(lease_until AS TEXT), 'None')
          || ' with no completion'
     ELSE last_detail END,
   expired_leases = expired_leases
-    + CASE WHEN chosen.spent OR state = 'leased' THEN 1 ELSE 0 END
-FROM chosen
-WHERE queue = %(queue)s AND event_id = chosen.chosen_id
+    + CASE WHEN attempts >= %(max_attempts)s OR state = 'leased' THEN 1 ELSE 0 END
+WHERE queue = %(queue)s AND event_id IN (SELECT event_id FROM chosen)
 RETURNING event_id, payload, state, attempts, generation, available_at, lease_until,
-  last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 AS pruned, queue, priority;
+  last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue, priority;
 
 -- name: fenced_move
 -- The fence, written once: each lease of leases (a JSON array of
 -- [event_id, generation, claim token]) moves only while it is its message's
 -- current, unexpired lease: its generation, its claim token, leased, before
--- its deadline. move says where to (lifecycle.MOVES): 'ack' marks the message
--- done (the ACK); 'release' makes it ready again at its old place, and the
--- claim that took it does not count as an attempt; 'extend' keeps the lease
--- until until; 'retry' makes it ready again at available_at and 'dead' ends
--- its cycle, both recording the failure (code, detail).
+-- its deadline. move says where to: 'ack' marks the message done (the ACK);
+-- 'release' makes it ready again at its old place, and the claim that took it
+-- does not count as an attempt; 'extend' keeps the lease until until.
 UPDATE messages SET
-  state        = CASE CAST(%(move)s AS TEXT) WHEN 'ack' THEN 'done'
-                 WHEN 'release' THEN 'ready' WHEN 'retry' THEN 'ready'
-                 WHEN 'dead' THEN 'dead' ELSE state END,
-  lease_until  = CASE CAST(%(move)s AS TEXT) WHEN 'extend' THEN CAST(%(until)s AS BIGINT) END,
-  done_at      = CASE CAST(%(move)s AS TEXT) WHEN 'ack' THEN queue_core_now(%(now)s) END,
-  attempts     = CASE CAST(%(move)s AS TEXT) WHEN 'release' THEN attempts - 1
-                 ELSE attempts END,
-  available_at = CASE CAST(%(move)s AS TEXT) WHEN 'retry' THEN CAST(%(available_at)s AS BIGINT)
-                 ELSE available_at END,
-  last_error   = CASE WHEN CAST(%(move)s AS TEXT) IN ('retry', 'dead') THEN CAST(%(code)s AS TEXT)
-                 ELSE last_error END,
-  last_detail  = CASE WHEN CAST(%(move)s AS TEXT) IN ('retry', 'dead') THEN CAST(%(detail)s AS TEXT)
-                 ELSE last_detail END
+  state       = CASE CAST(%(move)s AS TEXT) WHEN 'ack' THEN 'done'
+                WHEN 'release' THEN 'ready' ELSE state END,
+  lease_until = CASE CAST(%(move)s AS TEXT) WHEN 'extend' THEN CAST(%(until)s AS BIGINT) END,
+  done_at     = CASE CAST(%(move)s AS TEXT) WHEN 'ack' THEN coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT)) END,
+  attempts    = CASE CAST(%(move)s AS TEXT) WHEN 'release' THEN attempts - 1
+                ELSE attempts END
 WHERE queue = %(queue)s
   AND (event_id, generation, lease_token) IN (
     SELECT lease ->> 0, CAST(lease ->> 1 AS BIGINT), CAST(lease ->> 2 AS BIGINT)
     FROM json_array_elements(CAST(%(leases)s AS JSON)) AS lease)
   AND state = 'leased'
-  AND lease_until > queue_core_now(%(now)s);
+  AND lease_until > coalesce(CAST(%(now)s AS BIGINT), CAST(floor(extract(epoch FROM statement_timestamp())) AS BIGINT));
 
 -- name: message
 -- One message.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
 -- name: lease_locked
 -- One message with its lease's claim token, for the fenced check.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority, lease_token
+  payload_sha256 IS NOT NULL, queue, priority, lease_token
 FROM messages WHERE queue = %(queue)s AND event_id = %(event_id)s FOR UPDATE;
+
+-- name: fail_dead
+-- A failure that ends the cycle: dead, with its code and reason.
+UPDATE messages SET state = 'dead', lease_until = NULL, last_error = %(code)s,
+  last_detail = %(detail)s
+WHERE queue = %(queue)s AND event_id = %(event_id)s;
+
+-- name: fail_retry
+-- A temporary failure with attempts left: ready again after the backoff.
+UPDATE messages
+SET state = 'ready', lease_until = NULL, available_at = %(available_at)s,
+    last_error = %(code)s, last_detail = %(detail)s
+WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
 -- name: redrive_state
 -- A message's state, before a redrive.
@@ -142,31 +142,31 @@ WHERE queue = %(queue)s AND state = 'dead'
 RETURNING event_id;
 
 -- name: status_counts
-SELECT state, count(*) AS count FROM messages WHERE queue = %(queue)s GROUP BY state;
+SELECT state, count(*) FROM messages WHERE queue = %(queue)s GROUP BY state;
 
 -- name: messages_all
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s ORDER BY event_id;
 
 -- name: messages_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s AND state = %(state)s ORDER BY event_id;
 
 -- name: messages_first
 -- The first limit messages, by event id.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s ORDER BY event_id LIMIT %(limit)s;
 
 -- name: messages_first_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = %(queue)s AND state = %(state)s ORDER BY event_id LIMIT %(limit)s;
 
 -- name: purge_state
@@ -175,16 +175,15 @@ DELETE FROM messages WHERE queue = %(queue)s AND state = %(state)s
   AND state IN ('ready', 'dead');
 
 -- name: oldest_ready
-SELECT min(enqueued_at) AS oldest FROM messages WHERE queue = %(queue)s AND state = 'ready';
+SELECT min(enqueued_at) FROM messages WHERE queue = %(queue)s AND state = 'ready';
 
 -- name: dead_attempts
-SELECT attempts, count(*) AS count FROM messages
+SELECT attempts, count(*) FROM messages
 WHERE queue = %(queue)s AND state = 'dead' GROUP BY attempts ORDER BY attempts;
 
 -- name: done_summary
 -- The timed done messages: how many, the longest, the sum.
-SELECT count(*) AS done, max(done_at - enqueued_at) AS longest,
-  coalesce(sum(done_at - enqueued_at), 0) AS total
+SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0)
 FROM messages WHERE queue = %(queue)s AND state = 'done'
   AND enqueued_at IS NOT NULL AND done_at IS NOT NULL;
 
@@ -196,7 +195,7 @@ FROM messages WHERE queue = %(queue)s AND state = 'done'
 ORDER BY seconds LIMIT 1 OFFSET %(offset)s;
 
 -- name: expired_and_pruned
-SELECT coalesce(sum(expired_leases), 0) AS expired, count(payload_sha256) AS pruned
+SELECT coalesce(sum(expired_leases), 0), count(payload_sha256)
 FROM messages WHERE queue = %(queue)s;
 
 -- name: work_counters
@@ -207,10 +206,10 @@ WITH kept AS (
   WHERE queue = %(queue)s
 )
 SELECT
-  count(*) FILTER (WHERE state = 'done') + coalesce((SELECT processed FROM kept), 0) AS processed,
-  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0) AS retried,
-  count(*) FILTER (WHERE state = 'dead') + coalesce((SELECT dead FROM kept), 0) AS dead,
-  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0) AS expired_leases
+  count(*) FILTER (WHERE state = 'done') + coalesce((SELECT processed FROM kept), 0),
+  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0),
+  count(*) FILTER (WHERE state = 'dead') + coalesce((SELECT dead FROM kept), 0),
+  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0)
 FROM messages WHERE queue = %(queue)s;
 
 -- name: prune_chunk
@@ -224,7 +223,7 @@ UPDATE messages SET payload = '{}', payload_sha256 = %(digest)s
 WHERE queue = %(queue)s AND event_id = %(event_id)s;
 
 -- name: prune_unknown_age
-SELECT count(*) AS count FROM messages WHERE queue = %(queue)s AND state = 'done' AND done_at IS NULL;
+SELECT count(*) FROM messages WHERE queue = %(queue)s AND state = 'done' AND done_at IS NULL;
 
 -- name: queue_settings
 -- One queue's settings, its retry policy last.
@@ -246,7 +245,7 @@ SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes,
 FROM queues ORDER BY name;
 
 -- name: queue_counts
-SELECT queue, state, count(*) AS count FROM messages GROUP BY queue, state;
+SELECT queue, state, count(*) FROM messages GROUP BY queue, state;
 
 -- name: receipt_lookup
 SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts

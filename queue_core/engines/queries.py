@@ -1,52 +1,40 @@
-"""The default ``Operations``: each operation one named statement of the engine's own ``.sql`` file.
+"""The protocol's operations on one engine, each one named statement of that engine's.
 
 An engine keeps its statements in a ``.sql`` file of named queries
-(``-- name: fenced_move``, as sqlc and aiosql write them), in its driver's
-own parameter style, loaded once and run as written: nothing is assembled or
-rewritten at run time. ``NamedQueries`` runs them: one method per operation
-(``operations.Operations``), with typed parameters and results, so that no
-protocol code knows a statement's text or the order of its parameters. Both
-engines name their statements, parameters and result columns alike; a row is
-read by its columns' names (``AS pruned``), found once per statement, never
-by position. Where an engine needs no statement (SQLite takes no turns: its
-write lock decides), it has none, and the operation does nothing. An engine
-that does an operation otherwise overrides its method.
+(``-- name: ack``, as sqlc and aiosql write them), in its driver's own
+parameter style, loaded once and run as written: nothing is assembled or
+rewritten at run time. ``Operations`` is what the protocol calls: one method
+per operation, with typed parameters and results, so that no protocol code
+knows a statement's text or the order of its parameters. Both engines name
+their statements and parameters alike; where an engine needs no statement
+(SQLite takes no turns: its write lock decides), it has none, and the
+operation does nothing.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
-from operator import itemgetter
 from typing import Any, Final
 
 from ..values import Lease, Message, WorkCounters
-from .base import Connection, Rows
-from .operations import ReceiptRow, SettingsRow, Times
+from . import Connection
 
 # One statement starts at its name line; the comment lines right below it say what it does.
 _NAME: Final = re.compile(r"^-- name: ([a-z_]+)[ \t]*$", re.M)
 
-# The columns a statement that returns messages names, a Message's fields (the
-# pruned flag is the payload's hash, or whether there is one: bool reads it).
-MESSAGE_COLUMNS: Final = tuple(field.name for field in fields(Message))
-SETTINGS_COLUMNS: Final = (
-    "name",
-    "id_pattern",
-    "max_attempts",
-    "lease_seconds",
-    "max_payload_bytes",
-    "backoff_base_seconds",
-    "backoff_max_seconds",
-    "backoff_jitter",
-)
-RECEIPT_COLUMNS: Final = ("scope", "tenant", "operation", "payload", "effect", "effect_queue")
-COUNTER_COLUMNS: Final = ("processed", "retried", "dead", "expired_leases")
-_PRUNED: Final = MESSAGE_COLUMNS.index("pruned")
-_UNKNOWN: Final[Any] = object()  # a statement whose columns were not looked at yet
+# The columns of a Message, in its order (every statement that returns messages
+# selects these: the pruned flag after expired_leases, then queue and priority).
+MESSAGE_FIELDS: Final = 15
+_PRUNED: Final = 12
+
+Times = Mapping[str, "int | None"]  # now, until, lease_seconds: Tx.times()
+# a queue's row: name, id pattern, attempts, lease, payload limit, then its retry
+# policy (backoff base, backoff cap, jitter), the order of QueueSettings
+SettingsRow = tuple[str, str, int, int, int, int, int, float]
 
 
 @dataclass(frozen=True)
@@ -56,6 +44,14 @@ class Query:
     name: str
     doc: str
     sql: str
+
+
+# A receipt as stored: scope, tenant, operation, payload, effect, effect_queue.
+ReceiptRow = tuple[str, str, str, str, str, "str | None"]
+
+
+def _receipt_row(row: Any) -> ReceiptRow:
+    return (row[0], row[1], row[2], row[3], row[4], None if row[5] is None else str(row[5]))
 
 
 def load(package: str, filename: str) -> dict[str, Query]:
@@ -84,79 +80,31 @@ def _leading_comments(lines: list[str]) -> list[str]:
     return taken
 
 
-def message_of(values: Sequence[Any]) -> Message:
-    """A ``Message`` from its columns' values, in the order of ``MESSAGE_COLUMNS``."""
-    row = list(values[: len(MESSAGE_COLUMNS)])
-    row[_PRUNED] = bool(row[_PRUNED])  # the hash itself, or the comparison
-    return Message(*row)
+def _settings_row(row: Sequence[Any]) -> SettingsRow:
+    return (row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]))
 
 
-class NamedQueries:
-    """The protocol's operations on one engine's named statements (``Operations``)."""
+def message_of(row: Sequence[Any]) -> Message:
+    """A ``Message`` from a row of the message columns.
+
+    The pruned column is true when the payload's hash is stored: whether the
+    statement returns the comparison or the hash itself, ``bool`` reads it.
+    """
+    values = list(row[:MESSAGE_FIELDS])
+    values[_PRUNED] = bool(values[_PRUNED])
+    return Message(*values)
+
+
+class Operations:
+    """The protocol's operations on one engine's named statements."""
 
     def __init__(self, queries: Mapping[str, Query]) -> None:
         self.queries = dict(queries)
         self._q = {name: query.sql for name, query in queries.items()}
-        # (statement, columns) -> what picks those columns from its rows, by name
-        self._pickers: dict[tuple[str, tuple[str, ...]], Callable[[Any], Any] | None] = {}
 
     def sql(self, name: str) -> str:
         """The text of statement ``name`` (for pages and tests)."""
         return self._q[name]
-
-    # --------------------------------------------------- rows, by name
-
-    def _picker(
-        self, name: str, rows: Rows, columns: tuple[str, ...]
-    ) -> Callable[[Any], Any] | None:
-        """What takes ``columns`` (a tuple of them) out of a row of statement ``name``.
-
-        Found by the columns' names in the statement's description, once;
-        None when the row is already those columns in that order (the hot
-        path: nothing to copy).
-        """
-        key = (name, columns)
-        try:
-            return self._pickers[key]
-        except KeyError:
-            pass
-        names = [column[0] for column in rows.description]
-        absent = [column for column in columns if column not in names]
-        if absent:
-            raise ValueError(f"statement {name} returns no column {', '.join(absent)}")
-        picker: Callable[[Any], Any] | None
-        if names == list(columns):
-            picker = None
-        elif len(columns) == 1:
-            at = names.index(columns[0])
-            picker = lambda row: (row[at],)  # noqa: E731  (itemgetter of one is not a tuple)
-        else:
-            picker = itemgetter(*(names.index(column) for column in columns))
-        self._pickers[key] = picker
-        return picker
-
-    def _all(self, name: str, params: Any, columns: tuple[str, ...], conn: Connection) -> list[Any]:
-        """Every row of statement ``name``, each as the tuple of ``columns``."""
-        rows = conn.execute(self._q[name], params)
-        fetched = rows.fetchall()
-        if not fetched:
-            return []
-        pick = self._pickers.get((name, columns), _UNKNOWN)
-        if pick is _UNKNOWN:
-            pick = self._picker(name, rows, columns)
-        return fetched if pick is None else [pick(row) for row in fetched]
-
-    def _one(self, name: str, params: Any, columns: tuple[str, ...], conn: Connection) -> Any:
-        """The first row of statement ``name`` as the tuple of ``columns``, or None."""
-        rows = conn.execute(self._q[name], params)
-        row = rows.fetchone()
-        if row is None:
-            return None
-        pick = self._picker(name, rows, columns)
-        return row if pick is None else pick(row)
-
-    def _messages(self, name: str, params: Any, conn: Connection) -> list[Message]:
-        return [message_of(values) for values in self._all(name, params, MESSAGE_COLUMNS, conn)]
 
     # ------------------------------------------------------------- enqueue
 
@@ -168,8 +116,8 @@ class NamedQueries:
 
     def stored(self, conn: Connection, queue: str, ids: list[str]) -> list[tuple[str, str, str | None]]:
         """Of ``ids``, the stored events: (event_id, payload, hash if pruned)."""
-        params = {"queue": queue, "ids": json.dumps(ids)}
-        return self._all("enqueue_find", params, ("event_id", "payload", "payload_sha256"), conn)
+        rows = conn.execute(self._q["enqueue_find"], {"queue": queue, "ids": json.dumps(ids)})
+        return [(row[0], row[1], row[2]) for row in rows.fetchall()]
 
     def insert(
         self, conn: Connection, queue: str, events: list[tuple[str, str]], *, now: int, available_at: int,
@@ -188,10 +136,11 @@ class NamedQueries:
         times: Times, lease_expired: str,
     ) -> list[Message]:
         """Lease up to ``wanted`` messages in one statement; the leased and the newly dead."""
-        return self._messages("claim_messages", {
+        rows = conn.execute(self._q["claim_messages"], {
             **times, "queue": queue, "wanted": wanted, "max_attempts": max_attempts,
             "token": token, "lease_expired": lease_expired,
-        }, conn)
+        })
+        return [message_of(row) for row in rows.fetchall()]
 
     # --------------------------------------------------------------- fence
 
@@ -207,39 +156,41 @@ class NamedQueries:
         """The fenced extension to ``until``; True if the lease was current."""
         return self._fenced_move(conn, queue, [lease], "extend", {"now": now, "until": until}) == 1
 
-    def fail(
-        self, conn: Connection, queue: str, lease: Lease, move: str, times: Times, *,
-        code: str, detail: str | None, available_at: int | None,
-    ) -> bool:
-        """The fenced failure of ``lease``: ``move`` "retry" (ready at ``available_at``) or "dead",
-        recording ``code`` and ``detail``; True if the lease was current."""
-        return self._fenced_move(
-            conn, queue, [lease], move, times, code=code, detail=detail, available_at=available_at
-        ) == 1
-
     def _fenced_move(
-        self, conn: Connection, queue: str, leases: Sequence[Lease], move: str, times: Times,
-        code: str | None = None, detail: str | None = None, available_at: int | None = None,
+        self, conn: Connection, queue: str, leases: Sequence[Lease], move: str, times: Times
     ) -> int:
         # the one statement that writes the fence (fenced_move): how many leases moved
         triples = [[lease.event_id, lease.generation, lease.token] for lease in leases]
         return conn.execute(self._q["fenced_move"], {
             "now": times.get("now"), "until": times.get("until"), "queue": queue,
-            "leases": json.dumps(triples), "move": move, "code": code, "detail": detail,
-            "available_at": available_at,
+            "leases": json.dumps(triples), "move": move,
         }).rowcount
 
     def lease_locked(self, conn: Connection, queue: str, event_id: str) -> tuple[Message, int] | None:
         """The message (its row locked where rows are) and its lease's claim token."""
-        params = {"queue": queue, "event_id": event_id}
-        row = self._one("lease_locked", params, (*MESSAGE_COLUMNS, "lease_token"), conn)
-        return None if row is None else (message_of(row), row[-1])
+        row = conn.execute(self._q["lease_locked"], {"queue": queue, "event_id": event_id}).fetchone()
+        return None if row is None else (message_of(row), row[MESSAGE_FIELDS])
 
-    # ------------------------------------------------------------- redrive
+    # ------------------------------------------------------- fail, redrive
+
+    def fail_dead(self, conn: Connection, queue: str, event_id: str, code: str, detail: str | None) -> None:
+        """The message is dead, with ``code`` and ``detail``."""
+        conn.execute(self._q["fail_dead"], {
+            "queue": queue, "event_id": event_id, "code": code, "detail": detail,
+        })
+
+    def fail_retry(
+        self, conn: Connection, queue: str, event_id: str, code: str, detail: str | None, *, available_at: int
+    ) -> None:
+        """The message is ready again at ``available_at``, with ``code`` and ``detail``."""
+        conn.execute(self._q["fail_retry"], {
+            "queue": queue, "event_id": event_id, "code": code, "detail": detail,
+            "available_at": available_at,
+        })
 
     def state(self, conn: Connection, queue: str, event_id: str) -> str | None:
         """The message's state (its row locked where rows are), or None."""
-        row = self._one("redrive_state", {"queue": queue, "event_id": event_id}, ("state",), conn)
+        row = conn.execute(self._q["redrive_state"], {"queue": queue, "event_id": event_id}).fetchone()
         return None if row is None else str(row[0])
 
     def redrive(self, conn: Connection, queue: str, event_id: str, now: int) -> None:
@@ -250,14 +201,16 @@ class NamedQueries:
         self, conn: Connection, queue: str, *, code: str | None, after: str, limit: int, now: int
     ) -> list[str]:
         """Up to ``limit`` dead messages after ``after`` (of ``code``) redriven; their ids."""
-        params = {"queue": queue, "code": code, "after": after, "limit": limit, "now": now}
-        return [str(event_id) for (event_id,) in self._all("redrive_dead", params, ("event_id",), conn)]
+        rows = conn.execute(self._q["redrive_dead"], {
+            "queue": queue, "code": code, "after": after, "limit": limit, "now": now,
+        })
+        return [str(row[0]) for row in rows.fetchall()]
 
     # --------------------------------------------------------------- reads
 
     def message(self, conn: Connection, queue: str, event_id: str) -> Message | None:
         """One message, or None."""
-        row = self._one("message", {"queue": queue, "event_id": event_id}, MESSAGE_COLUMNS, conn)
+        row = conn.execute(self._q["message"], {"queue": queue, "event_id": event_id}).fetchone()
         return None if row is None else message_of(row)
 
     def messages(self, conn: Connection, queue: str, state: str | None, limit: int | None) -> list[Message]:
@@ -267,44 +220,41 @@ class NamedQueries:
             name = "messages_all" if state is None else "messages_in_state"
         else:
             name = "messages_first" if state is None else "messages_first_in_state"
-        return self._messages(name, params, conn)
+        return [message_of(row) for row in conn.execute(self._q[name], params).fetchall()]
 
     def counts(self, conn: Connection, queue: str) -> dict[str, int]:
         """How many messages of each stored state."""
-        rows = self._all("status_counts", {"queue": queue}, ("state", "count"), conn)
+        rows = conn.execute(self._q["status_counts"], {"queue": queue}).fetchall()
         return {str(state): int(count) for state, count in rows}
 
     def oldest_ready(self, conn: Connection, queue: str) -> int | None:
         """When the oldest ready message was enqueued."""
-        (value,) = self._one("oldest_ready", {"queue": queue}, ("oldest",), conn)
+        value = conn.execute(self._q["oldest_ready"], {"queue": queue}).fetchone()[0]
         return None if value is None else int(value)
 
     def dead_attempts(self, conn: Connection, queue: str) -> dict[int, int]:
         """How many dead messages died after each number of attempts."""
-        rows = self._all("dead_attempts", {"queue": queue}, ("attempts", "count"), conn)
+        rows = conn.execute(self._q["dead_attempts"], {"queue": queue}).fetchall()
         return {int(attempts): int(count) for attempts, count in rows}
 
     def done_summary(self, conn: Connection, queue: str) -> tuple[int, int | None, int]:
         """The timed done messages: how many, the longest and the total enqueue-to-done seconds."""
-        columns = ("done", "longest", "total")
-        done, longest, total = self._one("done_summary", {"queue": queue}, columns, conn)
+        done, longest, total = conn.execute(self._q["done_summary"], {"queue": queue}).fetchone()
         return int(done), None if longest is None else int(longest), int(total)
 
     def done_seconds_at(self, conn: Connection, queue: str, offset: int) -> int:
         """The enqueue-to-done seconds of the timed done message at ``offset``, shortest first."""
-        params = {"queue": queue, "offset": offset}
-        (seconds,) = self._one("done_percentile", params, ("seconds",), conn)
-        return int(seconds)
+        row = conn.execute(self._q["done_percentile"], {"queue": queue, "offset": offset}).fetchone()
+        return int(row[0])
 
     def expired_and_pruned(self, conn: Connection, queue: str) -> tuple[int, int]:
         """Leases that ran out, and payloads pruned, in all."""
-        columns = ("expired", "pruned")
-        expired, pruned = self._one("expired_and_pruned", {"queue": queue}, columns, conn)
+        expired, pruned = conn.execute(self._q["expired_and_pruned"], {"queue": queue}).fetchone()
         return int(expired), int(pruned)
 
     def work_counters(self, conn: Connection, queue: str) -> WorkCounters:
         """The queue's counters of work done, as they stand (they survive restarts)."""
-        row = self._one("work_counters", {"queue": queue}, COUNTER_COLUMNS, conn)
+        row = conn.execute(self._q["work_counters"], {"queue": queue}).fetchone()
         return WorkCounters(*(int(value) for value in row))
 
     def purge(self, conn: Connection, queue: str, state: str) -> int:
@@ -315,8 +265,8 @@ class NamedQueries:
 
     def prunable(self, conn: Connection, queue: str, cutoff: int, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` done messages ACKed by ``cutoff`` with their payloads."""
-        params = {"queue": queue, "cutoff": cutoff, "limit": limit}
-        return self._all("prune_chunk", params, ("event_id", "payload"), conn)
+        rows = conn.execute(self._q["prune_chunk"], {"queue": queue, "cutoff": cutoff, "limit": limit})
+        return [(row[0], row[1]) for row in rows.fetchall()]
 
     def prune(self, conn: Connection, queue: str, digests: list[tuple[str, str]]) -> None:
         """Replace each (event_id, digest)'s payload by its hash."""
@@ -326,14 +276,13 @@ class NamedQueries:
 
     def unknown_age(self, conn: Connection, queue: str) -> int:
         """Done messages with no done time (from before schema version 3)."""
-        (count,) = self._one("prune_unknown_age", {"queue": queue}, ("count",), conn)
-        return int(count)
+        return int(conn.execute(self._q["prune_unknown_age"], {"queue": queue}).fetchone()[0])
 
     # -------------------------------------------------------- named queues
 
     def queue_settings(self, conn: Connection, name: str) -> SettingsRow | None:
         """Queue ``name``'s settings row, or None."""
-        row = self._one("queue_settings", {"name": name}, SETTINGS_COLUMNS, conn)
+        row = conn.execute(self._q["queue_settings"], {"name": name}).fetchone()
         return None if row is None else _settings_row(row)
 
     def create_queue(self, conn: Connection, settings: Mapping[str, object]) -> None:
@@ -342,12 +291,13 @@ class NamedQueries:
 
     def queues(self, conn: Connection) -> list[SettingsRow]:
         """Every queue's settings row, by name."""
-        return [_settings_row(row) for row in self._all("queues_all", (), SETTINGS_COLUMNS, conn)]
+        rows = conn.execute(self._q["queues_all"]).fetchall()
+        return [_settings_row(row) for row in rows]
 
     def queue_counts(self, conn: Connection) -> dict[str, dict[str, int]]:
         """Every queue's counts by state."""
         counts: dict[str, dict[str, int]] = {}
-        for queue, state, count in self._all("queue_counts", (), ("queue", "state", "count"), conn):
+        for queue, state, count in conn.execute(self._q["queue_counts"]).fetchall():
             counts.setdefault(queue, {})[state] = int(count)
         return counts
 
@@ -361,13 +311,18 @@ class NamedQueries:
 
     def receipt(self, conn: Connection, scope: str, tenant: str, operation: str) -> ReceiptRow | None:
         """The receipt of (``scope``, ``tenant``, ``operation``), or None."""
-        params = {"scope": scope, "tenant": tenant, "operation": operation}
-        row = self._one("receipt_lookup", params, RECEIPT_COLUMNS, conn)
+        row = conn.execute(self._q["receipt_lookup"], {
+            "scope": scope, "tenant": tenant, "operation": operation,
+        }).fetchone()
         return None if row is None else _receipt_row(row)
 
     def add_receipt(self, conn: Connection, receipt: ReceiptRow) -> None:
         """Store a receipt: (scope, tenant, operation, payload, effect, effect_queue)."""
-        conn.execute(self._q["receipt_insert"], dict(zip(RECEIPT_COLUMNS, receipt)))
+        scope, tenant, operation, payload, effect, effect_queue = receipt
+        conn.execute(self._q["receipt_insert"], {
+            "scope": scope, "tenant": tenant, "operation": operation, "payload": payload,
+            "effect": effect, "effect_queue": effect_queue,
+        })
 
     def create_receipts(self, conn: Connection) -> None:
         """The receipts table, in a database that is not a queue's (SQLite's only).
@@ -383,14 +338,13 @@ class NamedQueries:
 
     def receipts(self, conn: Connection) -> list[ReceiptRow]:
         """Every receipt, by key."""
-        return [_receipt_row(row) for row in self._all("receipt_all", (), RECEIPT_COLUMNS, conn)]
+        return [_receipt_row(r) for r in conn.execute(self._q["receipt_all"]).fetchall()]
 
     # ------------------------------------------------------------- catalog
 
     def server_time(self, conn: Connection) -> float:
         """The database server's clock, in seconds with a fraction."""
-        (seconds,) = self._one("server_time", (), ("seconds",), conn)
-        return float(seconds)
+        return float(conn.execute(self._q["server_time"]).fetchone()[0])
 
     def table_exists(self, conn: Connection, name: str) -> bool:
         """Whether table ``name`` exists; reading it writes nothing."""
@@ -406,17 +360,9 @@ class NamedQueries:
 
     def line_version(self, conn: Connection, line: str) -> int:
         """The recorded version of migration line ``line`` (0: never installed)."""
-        row = self._one("line_version", {"line": line}, ("version",), conn)
+        row = conn.execute(self._q["line_version"], {"line": line}).fetchone()
         return 0 if row is None else int(row[0])
 
     def set_line_version(self, conn: Connection, line: str, version: int) -> None:
         """Record migration line ``line`` at ``version``."""
         conn.execute(self._q["line_version_set"], {"line": line, "version": version})
-
-
-def _settings_row(row: Sequence[Any]) -> SettingsRow:
-    return (row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]))
-
-
-def _receipt_row(row: Sequence[Any]) -> ReceiptRow:
-    return (row[0], row[1], row[2], row[3], row[4], None if row[5] is None else str(row[5]))

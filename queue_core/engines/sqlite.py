@@ -18,34 +18,31 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import StorageError, WrongPath
-from . import sqlite_turn
-from .base import (
+from . import (
     APPLICATION_ID,
-    BUSY_TIMEOUT_MS,
+    REKEYED,
     Connection,
-    SqlTransactions,
+    MigrationLine,
+    core_steps,
+    install_line,
+    lines_moving,
     migrations,
     needs_migration,
     refuse_write,
-    schema_too_new,
+    sqlite_turn,
 )
 from .caller_statements import check_caller_statement
-from .lines import MigrationLine, install_line
-from .migrate import migrate as migrate_schema
-from .queries import NamedQueries, load
+from .queries import Operations, load
 
 MIGRATIONS: Final = migrations("sqlite_migrations")
-OPERATIONS: Final = NamedQueries(load(__package__, "sqlite_queries.sql"))
+OPERATIONS: Final = Operations(load(__package__, "sqlite_queries.sql"))
 SCHEMA_VERSION: Final = max(MIGRATIONS)
 MIN_SQLITE: Final = (3, 37, 0)  # STRICT tables (3.37.0, 2021-11-27)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-class SQLiteEngine(SqlTransactions):
-    """One SQLite file: one writer at a time, taking fair turns (``sqlite_turn.py``).
-
-    Its transactions end as ``SqlTransactions`` ends them.
-    """
+class SQLiteEngine:
+    """One SQLite file: one writer at a time, taking fair turns (``sqlite_turn.py``)."""
 
     name: Final = "sqlite"
     ops: Final = OPERATIONS
@@ -117,6 +114,13 @@ class SQLiteEngine(SqlTransactions):
 
     def together(self, conn: Connection) -> AbstractContextManager[None]:
         return contextlib.nullcontext()  # a statement here is a function call
+
+
+def adopt(conn: object) -> SQLiteEngine | None:
+    """An engine for the caller's own ``sqlite3.Connection``, or None for anything else."""
+    if not isinstance(conn, sqlite3.Connection):
+        return None
+    return SQLiteEngine(Path("your database"), busy_timeout_ms=0)
 
 
 def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
@@ -195,7 +199,11 @@ def inspect(path: Path, *, create: bool, busy_timeout_ms: int) -> int:
             code="not_a_queue_database",
         )
     if version > SCHEMA_VERSION:
-        raise schema_too_new(path, version, SCHEMA_VERSION)
+        raise WrongPath(
+            f"{path} has schema version {version}; "
+            f"this queue_core knows up to {SCHEMA_VERSION}",
+            code="schema_too_new",
+        )
     if version < 1:
         raise WrongPath(
             f"{path} is an incomplete queue database (schema version {version})",
@@ -305,64 +313,56 @@ def connect_read_only(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Create the schema in a new file, or migrate an older one: one transaction.
 
-    The steps are every engine's (``migrate.migrate``); the file's own are
-    ``_FileSchema``'s. Migration 4 rebuilds tables that others reference (and
-    a line's step rebuilds its own): SQLite's procedure for that runs with
-    foreign keys off (a pragma that cannot change inside a transaction) and
-    checks every key before COMMIT. WAL, once created, lets readers (status)
-    run beside the one writer.
+    A new file runs every migration from 1; a file of version N runs those
+    after N. The version is read again under the write lock, since another
+    process may have created or migrated the file meanwhile.
     """
+    # Migration 4 rebuilds tables that others reference (and a line's step
+    # rebuilds its own): SQLite's procedure for that runs with foreign keys off
+    # (a pragma that cannot change inside a transaction) and checks every key
+    # before COMMIT.
     conn.execute("PRAGMA foreign_keys = OFF")
     try:
-        migrate_schema(_FileSchema(path), conn, MIGRATIONS)
+        conn.execute("BEGIN IMMEDIATE")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise WrongPath(
+                f"{path} has schema version {version}; "
+                f"this queue_core knows up to {SCHEMA_VERSION}",
+                code="schema_too_new",
+            )
+        moving = (lines_moving(path, SQLiteEngine.name, _referencing_messages(conn), REKEYED)
+                  if 0 < version < REKEYED else [])
+        for target, text in MIGRATIONS.items():
+            if target > version:
+                for script in (core_steps(moving, SQLiteEngine.name, target, "before"), text,
+                               core_steps(moving, SQLiteEngine.name, target, "after")):
+                    for statement in sql_statements(script):
+                        conn.execute(statement)
+        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise StorageError(
+                f"{path}: a migration left {len(broken)} rows without their "
+                f"referenced row (first: table {broken[0][0]}); nothing was changed",
+                code="corrupt",
+            )
+        if version == 0:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+        # WAL lets readers (status) run beside the one writer.
         conn.execute("PRAGMA journal_mode = WAL")
-    except sqlite3.Error as exc:
-        raise storage_error(exc, path) from exc
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise storage_error(exc, path) from exc
+        raise
     finally:
         conn.execute("PRAGMA foreign_keys = ON")
 
 
-class _FileSchema(SqlTransactions):
-    """An SQLite file's part of the migration (``migrate.Schema``)."""
-
-    name: Final = "sqlite"
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.where = str(path)
-
-    def begin_migration(self, conn: Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")  # the write lock: the schema's lock
-
-    def schema_version(self, conn: Connection) -> int:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-    def check_before(self, conn: Connection, found: int) -> None:
-        pass  # the file was inspected before it was opened (``inspect``)
-
-    def referencing_messages(self, conn: Connection) -> list[str]:
-        return _referencing_messages(conn)
-
-    def run_script(self, conn: Connection, text: str) -> None:
-        for statement in sql_statements(text):
-            conn.execute(statement)
-
-    def check_after(self, conn: Connection) -> None:
-        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
-        if broken:
-            raise StorageError(
-                f"{self.path}: a migration left {len(broken)} rows without their "
-                f"referenced row (first: table {broken[0][0]}); nothing was changed",
-                code="corrupt",
-            )
-
-    def record_version(self, conn: Connection, found: int, version: int) -> None:
-        if found == 0:
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute(f"PRAGMA user_version = {version}")
-
-
-def _referencing_messages(conn: Connection) -> list[str]:
+def _referencing_messages(conn: sqlite3.Connection) -> list[str]:
     """The tables whose foreign keys reference ``messages``.
 
     Version 4 keys a message by (queue, event_id): a table that references

@@ -4,7 +4,7 @@
 -- One writer at a time (BEGIN IMMEDIATE): what a write transaction reads cannot
 -- change before it writes, so no statement here locks rows.
 -- now: whole seconds, rounded down; until: a new lease's end, rounded up, plus
--- the lease (lifecycle.statement_times); both come from the store's clock.
+-- the lease (rules.lease_deadline); both come from the store's clock.
 
 -- name: enqueue_find
 -- The stored events among a batch's ids (:ids, a JSON array), pruned or not.
@@ -21,56 +21,48 @@ FROM json_each(:events);
 
 -- name: claim_messages
 -- The worker's claim: chooses and leases up to :wanted messages and returns them,
--- in one statement; a candidate whose last lease ran out goes to dead instead
--- (spent: its attempts reached :max_attempts, the rule of lifecycle.ends_cycle).
+-- in one statement; a candidate whose last lease ran out goes to dead instead.
 -- Among the available, the highest priority first, then the oldest.
 UPDATE messages SET
-  state = CASE WHEN chosen.spent THEN 'dead' ELSE 'leased' END,
-  attempts = CASE WHEN chosen.spent THEN attempts ELSE attempts + 1 END,
-  generation = CASE WHEN chosen.spent THEN generation ELSE generation + 1 END,
-  lease_until = CASE WHEN chosen.spent THEN NULL ELSE :until END,
-  lease_token = CASE WHEN chosen.spent THEN lease_token ELSE :token END,
-  last_error = CASE WHEN chosen.spent THEN :lease_expired ELSE last_error END,
-  last_detail = CASE WHEN chosen.spent
+  state = CASE WHEN attempts >= :max_attempts THEN 'dead' ELSE 'leased' END,
+  attempts = CASE WHEN attempts >= :max_attempts THEN attempts ELSE attempts + 1 END,
+  generation = CASE WHEN attempts >= :max_attempts THEN generation ELSE generation + 1 END,
+  lease_until = CASE WHEN attempts >= :max_attempts THEN NULL ELSE :until END,
+  lease_token = CASE WHEN attempts >= :max_attempts THEN lease_token ELSE :token END,
+  last_error = CASE WHEN attempts >= :max_attempts THEN :lease_expired ELSE last_error END,
+  last_detail = CASE WHEN attempts >= :max_attempts
     THEN 'the lease of claim ' || CAST(attempts AS TEXT)
          || ' of ' || CAST(:max_attempts AS TEXT) || ' ended at '
          || coalesce(CAST(lease_until AS TEXT), 'None')
          || ' with no completion'
     ELSE last_detail END,
   expired_leases = expired_leases
-    + CASE WHEN chosen.spent OR state = 'leased' THEN 1 ELSE 0 END
-FROM (
-  SELECT event_id AS chosen_id, attempts >= :max_attempts AS spent FROM messages
+    + CASE WHEN attempts >= :max_attempts OR state = 'leased' THEN 1 ELSE 0 END
+WHERE queue = :queue AND event_id IN (
+  SELECT event_id FROM messages
   WHERE queue = :queue AND state IN ('ready', 'leased')
     AND available_at <= :now
     AND (state = 'ready' OR lease_until <= :now)
   ORDER BY priority DESC, available_at, event_id
-  LIMIT :wanted) AS chosen
-WHERE queue = :queue AND event_id = chosen.chosen_id
+  LIMIT :wanted)
 -- the hash itself, not "IS NOT NULL": SQLite 3.40 answers that wrongly in
 -- the rows an UPDATE of a STRICT table returns (1 for a NULL)
 RETURNING event_id, payload, state, attempts, generation, available_at, lease_until,
-  last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 AS pruned, queue, priority;
+  last_error, last_detail, enqueued_at, done_at, expired_leases, payload_sha256, queue, priority;
 
 -- name: fenced_move
 -- The fence, written once: each lease of :leases (a JSON array of
 -- [event_id, generation, claim token]) moves only while it is its message's
 -- current, unexpired lease: its generation, its claim token, leased, before
--- its deadline. :move says where to (lifecycle.MOVES): 'ack' marks the message
--- done (the ACK); 'release' makes it ready again at its old place, and the
--- claim that took it does not count as an attempt; 'extend' keeps the lease
--- until :until; 'retry' makes it ready again at :available_at and 'dead' ends
--- its cycle, both recording the failure (:code, :detail).
+-- its deadline. :move says where to: 'ack' marks the message done (the ACK);
+-- 'release' makes it ready again at its old place, and the claim that took it
+-- does not count as an attempt; 'extend' keeps the lease until :until.
 UPDATE messages SET
-  state        = CASE :move WHEN 'ack' THEN 'done' WHEN 'release' THEN 'ready'
-                 WHEN 'retry' THEN 'ready' WHEN 'dead' THEN 'dead' ELSE state END,
-  lease_until  = CASE :move WHEN 'extend' THEN :until END,
-  done_at      = CASE :move WHEN 'ack' THEN :now END,
-  attempts     = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END,
-  available_at = CASE :move WHEN 'retry' THEN :available_at ELSE available_at END,
-  last_error   = CASE WHEN :move IN ('retry', 'dead') THEN :code ELSE last_error END,
-  last_detail  = CASE WHEN :move IN ('retry', 'dead') THEN :detail ELSE last_detail END
+  state       = CASE :move WHEN 'ack' THEN 'done' WHEN 'release' THEN 'ready'
+                ELSE state END,
+  lease_until = CASE :move WHEN 'extend' THEN :until END,
+  done_at     = CASE :move WHEN 'ack' THEN :now END,
+  attempts    = CASE :move WHEN 'release' THEN attempts - 1 ELSE attempts END
 WHERE queue = :queue
   AND (event_id, generation, lease_token) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
@@ -83,15 +75,28 @@ WHERE queue = :queue
 -- One message.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue AND event_id = :event_id;
 
 -- name: lease_locked
 -- One message with its lease's claim token, for the fenced check.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority, lease_token
+  payload_sha256 IS NOT NULL, queue, priority, lease_token
 FROM messages WHERE queue = :queue AND event_id = :event_id;
+
+-- name: fail_dead
+-- A failure that ends the cycle: dead, with its code and reason.
+UPDATE messages SET state = 'dead', lease_until = NULL, last_error = :code,
+  last_detail = :detail
+WHERE queue = :queue AND event_id = :event_id;
+
+-- name: fail_retry
+-- A temporary failure with attempts left: ready again after the backoff.
+UPDATE messages
+SET state = 'ready', lease_until = NULL, available_at = :available_at,
+    last_error = :code, last_detail = :detail
+WHERE queue = :queue AND event_id = :event_id;
 
 -- name: redrive_state
 -- A message's state, before a redrive.
@@ -117,31 +122,31 @@ WHERE queue = :queue AND state = 'dead' AND event_id IN (
 RETURNING event_id;
 
 -- name: status_counts
-SELECT state, count(*) AS count FROM messages WHERE queue = :queue GROUP BY state;
+SELECT state, count(*) FROM messages WHERE queue = :queue GROUP BY state;
 
 -- name: messages_all
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue ORDER BY event_id;
 
 -- name: messages_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue AND state = :state ORDER BY event_id;
 
 -- name: messages_first
 -- The first :limit messages, by event id.
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue ORDER BY event_id LIMIT :limit;
 
 -- name: messages_first_in_state
 SELECT event_id, payload, state, attempts, generation, available_at, lease_until,
   last_error, last_detail, enqueued_at, done_at, expired_leases,
-  payload_sha256 IS NOT NULL AS pruned, queue, priority
+  payload_sha256 IS NOT NULL, queue, priority
 FROM messages WHERE queue = :queue AND state = :state ORDER BY event_id LIMIT :limit;
 
 -- name: purge_state
@@ -150,16 +155,15 @@ DELETE FROM messages WHERE queue = :queue AND state = :state
   AND state IN ('ready', 'dead');
 
 -- name: oldest_ready
-SELECT min(enqueued_at) AS oldest FROM messages WHERE queue = :queue AND state = 'ready';
+SELECT min(enqueued_at) FROM messages WHERE queue = :queue AND state = 'ready';
 
 -- name: dead_attempts
-SELECT attempts, count(*) AS count FROM messages
+SELECT attempts, count(*) FROM messages
 WHERE queue = :queue AND state = 'dead' GROUP BY attempts ORDER BY attempts;
 
 -- name: done_summary
 -- The timed done messages: how many, the longest, the sum.
-SELECT count(*) AS done, max(done_at - enqueued_at) AS longest,
-  coalesce(sum(done_at - enqueued_at), 0) AS total
+SELECT count(*), max(done_at - enqueued_at), coalesce(sum(done_at - enqueued_at), 0)
 FROM messages WHERE queue = :queue AND state = 'done'
   AND enqueued_at IS NOT NULL AND done_at IS NOT NULL;
 
@@ -171,7 +175,7 @@ FROM messages WHERE queue = :queue AND state = 'done'
 ORDER BY seconds LIMIT 1 OFFSET :offset;
 
 -- name: expired_and_pruned
-SELECT coalesce(sum(expired_leases), 0) AS expired, count(payload_sha256) AS pruned
+SELECT coalesce(sum(expired_leases), 0), count(payload_sha256)
 FROM messages WHERE queue = :queue;
 
 -- name: work_counters
@@ -182,10 +186,10 @@ WITH kept AS (
   WHERE queue = :queue
 )
 SELECT
-  coalesce(sum(state = 'done'), 0) + coalesce((SELECT processed FROM kept), 0) AS processed,
-  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0) AS retried,
-  coalesce(sum(state = 'dead'), 0) + coalesce((SELECT dead FROM kept), 0) AS dead,
-  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0) AS expired_leases
+  coalesce(sum(state = 'done'), 0) + coalesce((SELECT processed FROM kept), 0),
+  coalesce(sum(retries), 0) + coalesce((SELECT retried FROM kept), 0),
+  coalesce(sum(state = 'dead'), 0) + coalesce((SELECT dead FROM kept), 0),
+  coalesce(sum(expired_leases), 0) + coalesce((SELECT expired_leases FROM kept), 0)
 FROM messages WHERE queue = :queue;
 
 -- name: prune_chunk
@@ -199,7 +203,7 @@ UPDATE messages SET payload = '{}', payload_sha256 = :digest
 WHERE queue = :queue AND event_id = :event_id;
 
 -- name: prune_unknown_age
-SELECT count(*) AS count FROM messages WHERE queue = :queue AND state = 'done' AND done_at IS NULL;
+SELECT count(*) FROM messages WHERE queue = :queue AND state = 'done' AND done_at IS NULL;
 
 -- name: queue_settings
 -- One queue's settings, its retry policy last.
@@ -221,7 +225,7 @@ SELECT name, id_pattern, max_attempts, lease_seconds, max_payload_bytes,
 FROM queues ORDER BY name;
 
 -- name: queue_counts
-SELECT queue, state, count(*) AS count FROM messages GROUP BY queue, state;
+SELECT queue, state, count(*) FROM messages GROUP BY queue, state;
 
 -- name: receipt_lookup
 SELECT scope, tenant, operation, payload, effect, effect_queue FROM receipts

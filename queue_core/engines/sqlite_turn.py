@@ -40,7 +40,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import StorageError
-from .base import THREADS
+from . import THREADS
 
 fcntl: ModuleType | None
 try:

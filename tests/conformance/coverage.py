@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 ENGINES = ("sqlite", "postgresql")
-# A third engine written in the tests (renamed_engine.py): every test that ENGINES
-# reaches also runs on it, to show an engine queue_core does not ship passes the suite.
-THIRD = "sqlite-renamed"
 OPT_OUT = "one_engine"  # the marker (pyproject.toml)
 DEFAULT = "sqlite"  # the engine fixture's value where it is not parametrized (tests/conftest.py)
 SQLITE_FILE = "db"  # the fixture of the SQLite file: a test that takes it is about that file

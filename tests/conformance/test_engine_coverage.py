@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .coverage import ENGINES, THIRD, Case, blind_spots
+from .coverage import ENGINES, Case, blind_spots
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -38,8 +38,6 @@ def test_every_conformance_test_that_reaches_an_engine_runs_on_both(tmp_path: Pa
     assert blind_spots(cases) == []
     # and the suite does run on PostgreSQL: not a guard that passes because nothing is parametrized
     assert sum(c.engine == "postgresql" for c in cases) >= 150
-    # and on the third engine of renamed_engine.py (347 tests when it was written)
-    assert sum(c.engine == THIRD for c in cases) >= 300
 
 
 def _case(function: str, engine: str | None, **flags: bool) -> Case:

@@ -24,10 +24,7 @@ import queue_core
 from queue_core import BatchRejected, InputError, UnknownEvent, canonical_json, parse_batch
 from queue_core import envelope
 
-from queue_core.engines import is_postgres_url
-
 from ..postgres_server import PORT, SERVER_USER
-from .renamed_engine import file_of
 
 MAX_DEPTH = envelope.MAX_DEPTH
 BOM = b"\xef\xbb\xbf"
@@ -82,13 +79,13 @@ def only_payload(data: bytes) -> str:
 def row_count(store: queue_core.Store) -> int:
     """The rows of the messages table, counted with the engine's own driver (not through queue_core)."""
     query = "SELECT count(*) FROM messages"
-    if is_postgres_url(store.target):
+    if isinstance(store.target, str):  # a postgresql:// URL
         import psycopg
 
         with psycopg.connect(store.target) as pg:
             row = pg.execute(query).fetchone()
-    else:  # an SQLite file, or the third engine's (renamed_engine.py)
-        conn = sqlite3.connect(file_of(store.target))
+    else:
+        conn = sqlite3.connect(store.target)
         try:
             row = conn.execute(query).fetchone()
         finally:

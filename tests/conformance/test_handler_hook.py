@@ -137,11 +137,10 @@ def test_the_return_value_of_a_handler_is_ignored(queue: Store, db: Path) -> Non
 
 def test_the_handler_runs_between_the_fenced_check_and_after_effect(db: Path, clock: ModelClock,
                                                                      queue: Store) -> None:
-    # 35 points of the simple path (5 of them extend's; fail has no read of its own, its move is
-    # fenced), and the batched path's own three per batch operation.
+    # 33 points of the simple path (5 of them extend's), and the batched path's own three per batch operation.
     batch_points = {f"{op}.{step}" for op in ("claim_many", "complete_many")
                     for step in ("after_begin", "before_commit", "after_commit")}
-    assert len(PROBE_POINTS) == 41 and batch_points <= PROBE_POINTS and "complete.after_effect" in PROBE_POINTS
+    assert len(PROBE_POINTS) == 42 and batch_points <= PROBE_POINTS and "complete.after_effect" in PROBE_POINTS
     assert "complete.after_insert" not in PROBE_POINTS  # renamed: it is the handler's effect, whatever it inserts
     queue.enqueue(batch(line("E0001"), line("E0002")))
     tracer = Tracer()

@@ -108,7 +108,7 @@ def test_a_line_without_files_for_the_engine_is_refused(store: Store, engine: st
 
 @pytest.mark.one_engine
 def test_registering_a_line_again_is_a_no_op_and_a_clash_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engines.lines, "LINES", dict(engines.lines.LINES))
+    monkeypatch.setattr(engines, "LINES", dict(engines.LINES))
     assert register_line(NOTES_1) is NOTES_1
     assert register_line(notes("one")) is not None  # equal: the same line again
     with pytest.raises(ValueError, match="another migration line is registered as notes"):

@@ -222,8 +222,8 @@ def test_a_version_9_database_gives_each_receipt_the_scope_of_its_effects_queue(
         charges.close()
 
 
-@pytest.mark.one_engine  # an SQLite file that is not a queue's: receipts.transaction's own
-def test_receipts_transaction_moves_a_table_from_before_scopes_to_the_default_scope(tmp_path: Path) -> None:
+@pytest.mark.one_engine  # a plain SQLite connection: the database that is not a queue's
+def test_create_table_moves_a_table_from_before_scopes_to_the_default_scope(tmp_path: Path) -> None:
     db = tmp_path / "app.sqlite3"
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         conn.execute("CREATE TABLE receipts (tenant TEXT NOT NULL, operation TEXT NOT NULL,"
@@ -231,11 +231,12 @@ def test_receipts_transaction_moves_a_table_from_before_scopes_to_the_default_sc
                      " PRIMARY KEY (tenant, operation)) STRICT")
         conn.execute("INSERT INTO receipts VALUES ('acme', 'op-1', ?, 'ledger/1')",
                      (json.dumps({"cents": 500}, separators=(",", ":")),))
-    with receipts.transaction(db) as tx:
-        again = receipts.record(tx, "acme", "op-1", {"cents": 500}, lambda: "never", scope="default")
+        conn.execute("BEGIN IMMEDIATE")
+        receipts.create_table(conn)
+        again = receipts.record(conn, "acme", "op-1", {"cents": 500}, lambda: "never", scope="default")
+        conn.execute("COMMIT")
         assert again.reused and again.effect == "ledger/1"
-        assert receipts.all_receipts(tx) == [
+        assert receipts.all_receipts(conn) == [
             receipts.Receipt("default", "acme", "op-1", '{"cents":500}', "ledger/1", None)]
-    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         names = [row[1] for row in conn.execute("PRAGMA table_info(receipts)")]
         assert names == ["tenant", "operation", "payload", "effect", "scope", "effect_queue"]

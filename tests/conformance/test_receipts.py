@@ -74,10 +74,9 @@ def rows(db: Path, sql: str) -> list[tuple]:
 
 
 def counts(db: Path) -> tuple[int, int]:
-    """(effects in the ledger, receipts), read from the file itself."""
+    """(effects in the ledger, receipts)."""
     with closing(sqlite3.connect(db)) as conn:
-        return (conn.execute("SELECT count(*) FROM ledger").fetchone()[0],
-                conn.execute("SELECT count(*) FROM receipts").fetchone()[0])
+        return (conn.execute("SELECT count(*) FROM ledger").fetchone()[0], len(receipts.all_receipts(conn)))
 
 
 def event(event_id: str, **payload: Any) -> str:
@@ -200,53 +199,34 @@ def test_the_effect_must_name_itself(store: Store, db: Path) -> None:
     assert receipts.stored(store) == []
 
 
-def test_an_sqlite_file_that_is_not_a_queues_gets_receipts_through_receipts_transaction(tmp_path: Path) -> None:
-    db = tmp_path / "app.sqlite3"
-    with receipts.transaction(db) as tx:  # a new file: the receipts table is made there, once
-        tx.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, tenant TEXT, operation TEXT, cents INTEGER)")
-        assert tx.queue is None  # no queue: a ReceiptHandler has nothing to run in here
-    for expected in (False, True):
-        with receipts.transaction(db) as tx:
-            assert charge(tx).reused is expected
-    assert counts(db) == (1, 1)
-    # a failure anywhere in the transaction rolls the effect and its receipt back together
-    with pytest.raises(RuntimeError, match="after the effect"):
-        with receipts.transaction(db) as tx:
-            assert charge(tx, operation="op-9").reused is False
-            raise RuntimeError("after the effect")
-    assert counts(db) == (1, 1)
-    with receipts.transaction(db) as tx:
-        assert [r.operation for r in receipts.all_receipts(tx)] == [OP]
-        assert receipts.lookup(tx, NORTH, "op-9", scope=SCOPE) is None
-
-
-def test_a_drivers_own_connection_is_refused_before_any_write(tmp_path: Path) -> None:
+def test_a_plain_sqlite_connection_inside_begin_works_too(tmp_path: Path) -> None:
     db = tmp_path / "app.sqlite3"
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         conn.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, tenant TEXT, operation TEXT, cents INTEGER)")
+        # Not a queue database: the receipts table is created once, inside a transaction.
+        with pytest.raises(ValueError, match="inside the caller's transaction"):
+            receipts.create_table(conn)
         conn.execute("BEGIN IMMEDIATE")
-        for call in (lambda: charge(conn), lambda: receipts.lookup(conn, NORTH, OP, scope=SCOPE),
-                     lambda: receipts.all_receipts(conn)):
-            with pytest.raises(TypeError, match=r"queue transaction \(Tx\).*receipts.transaction\(path\)"):
-                call()
+        receipts.create_table(conn)
+        receipts.create_table(conn)  # idempotent
         conn.execute("COMMIT")
+        for expected in (False, True):
+            conn.execute("BEGIN IMMEDIATE")
+            assert charge(conn).reused is expected
+            conn.execute("COMMIT")
+    assert counts(db) == (1, 1)
+
+
+def test_recording_outside_a_transaction_is_refused_before_any_write(tmp_path: Path) -> None:
+    db = tmp_path / "app.sqlite3"
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, tenant TEXT, operation TEXT, cents INTEGER)")
+        with pytest.raises(ValueError, match="inside the caller's transaction"):
+            charge(conn)
+        assert receipts.lookup(conn, NORTH, OP, scope=SCOPE) is None
     assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'receipts'") == []
-    assert rows(db, "SELECT count(*) FROM ledger") == [(0,)]
     with pytest.raises(TypeError):
         receipts.record("not a transaction", NORTH, OP, {}, lambda: "x", scope=SCOPE)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="SQLite file that is not a queue's"):
-        with receipts.transaction("postgresql://somewhere/db"):
-            pass
-
-
-@pytest.mark.one_engine  # no database at all: a queue's completion is where a ReceiptHandler runs
-def test_a_receipt_handler_outside_a_queue_says_where_it_runs(tmp_path: Path) -> None:
-    from queue_core import Message, ReceiptHandler
-
-    message = Message("E0001", json.dumps({"tenant": NORTH, "operation": OP}), "leased", 1, 1, 0, 10, None)
-    with receipts.transaction(tmp_path / "app.sqlite3") as tx:
-        with pytest.raises(TypeError, match="runs in a queue's completion"):
-            ReceiptHandler(lambda tx, m: None)(tx, message)
 
 
 @pytest.mark.one_engine  # refused before any statement: nothing of the engine to prove

@@ -35,8 +35,7 @@ from queue_core.engines import APPLICATION_ID
 from queue_core.engines import postgres as postgres_engine
 from queue_core.engines import sqlite as sqlite_engine
 from queue_core.queues import DEFAULT_SETTINGS, NEW_QUEUE_BACKOFF_JITTER, SETTING_BOUNDS
-from queue_core.lifecycle import retry_draw
-from queue_core.rules import MAX_BACKOFF_BASE_SECONDS, MAX_DELAY_SECONDS
+from queue_core.rules import MAX_BACKOFF_BASE_SECONDS, MAX_DELAY_SECONDS, retry_draw
 
 from ..support import line
 

@@ -1,5 +1,0 @@
--- queue_core on SQLite, migration 11: nothing to change. PostgreSQL's
--- migration 11 writes the clock of a statement once, for the server's own
--- clock; SQLite has no clock but the store's, which gives every statement its
--- time (queue_core's lifecycle.statement_times). The version keeps both
--- engines' schemas numbered alike.
