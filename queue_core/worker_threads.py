@@ -211,10 +211,16 @@ class Threads:
                 self._errors.append(exc)
             self._stop.set()  # one thread's failure ends the run: the others stop too
         finally:
-            with self._lock:
-                self._running.discard(threading.get_ident())
-            interrupts.forget(threading.get_ident())
-            self._left[index].set()
+            # An interruption sent while the body still ran may land on any line here;
+            # it was meant for the body, which has ended: finish leaving regardless.
+            while not self._left[index].is_set():
+                try:
+                    with self._lock:
+                        self._running.discard(threading.get_ident())
+                    interrupts.forget(threading.get_ident())
+                    self._left[index].set()
+                except KeyboardInterrupt:
+                    continue
 
     def _interrupt(self) -> None:
         self._stop.set()
